@@ -1,0 +1,756 @@
+"""The results database: one embedded SQLite file that every worker appends finished trials to.
+
+Why SQLite: trials run in many worker processes and take minutes each; the record of a finished trial must
+survive the worker being killed, and the report must load hundreds of trials with full learning curves in
+seconds. SQLite in WAL mode gives atomic, durable, multi-process appends with no server.
+
+Guarantees:
+    * **One transaction per trial.** :meth:`ResultsStore.save_trial` writes the trial row, its learning curve,
+      its evaluations and its update metrics in a single ``BEGIN IMMEDIATE ... COMMIT``. A writer killed at any
+      point (SIGKILL included) leaves either the whole trial or none of it; committed trials are never lost
+      (WAL + ``synchronous=FULL``, so even a power cut after ``COMMIT`` keeps the trial).
+    * **Several writer processes.** Writers queue on SQLite's lock (``busy_timeout``); each holds it for a few
+      milliseconds, since every record is validated and encoded *before* the transaction starts. Readers never
+      block writers (WAL). Open one :class:`ResultsStore` per process; a store must not cross a ``fork``.
+    * **Ours or nothing.** The file carries ``PRAGMA application_id`` = :data:`APPLICATION_ID` and
+      ``PRAGMA user_version`` = :data:`SCHEMA_VERSION`; any other file is refused with a :class:`UserError`, and
+      is never modified.
+
+Schema (version 1):
+    ``meta(name, value)``
+        ``format`` = ``rl-suite-results``, ``schema_version``, ``created_at``, ``created_by`` (suite version).
+    ``trials``
+        One row per trial, primary key ``key``: the scalar fields of the trial record as columns, and
+        ``env_kwargs``, ``config``, ``provenance`` as JSON text.
+    ``curves(key, n, step_i8, return_f8, length_i8)``
+        One row per trial. The learning curve (one entry per finished training episode) is stored *column-wise*
+        as little-endian numpy blobs (``int64`` steps, ``float64`` returns, ``int64`` lengths). A trial has up to
+        ~10k episodes and a study 500+ trials; one row per episode would mean millions of rows and tens of
+        millions of Python objects to load, whereas blobs load with :func:`numpy.frombuffer` in milliseconds.
+    ``evals(key, idx, step, final, episode, return, length)``
+        Long format, one row per evaluation episode (``idx`` = position of the evaluation in the trial's list).
+        Small (~200 rows per trial) and convenient to query in SQL, so kept relational.
+    ``updates(key, n, metrics, update_i8, step_i8, values_f8)``
+        One row per trial: ``metrics`` is a JSON list of the metric names, ``values_f8`` an ``n x len(metrics)``
+        row-major ``float64`` matrix. Column-wise for the same load-speed reason as curves, and because float64
+        keeps NaN (SQLite turns a NaN REAL into NULL).
+
+Every trial has exactly one ``curves`` and one ``updates`` row (empty for a trial that failed early). For SQL
+access to curves and updates, use :meth:`ResultsStore.export` to CSV or Parquet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import suite
+from suite.errors import UserError
+from suite.provenance import utc_now_iso
+
+APPLICATION_ID = 0x524C5354
+"""``PRAGMA application_id`` of a results database: ASCII ``RLST``; tells our files from other SQLite files."""
+
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of databases this module writes; a file with a larger one was written by a newer suite."""
+
+FORMAT_NAME = "rl-suite-results"
+
+DEFAULT_DB_PATH = Path("results") / "suite.db"
+"""Where the database lives when neither an explicit path nor ``$SUITE_DB`` is given (relative to the CWD)."""
+
+DB_ENV_VAR = "SUITE_DB"
+
+TABLES: tuple[str, ...] = ("trials", "curves", "evals", "updates")
+"""Tables :meth:`ResultsStore.export` can write."""
+
+EXPORT_SUFFIXES: tuple[str, ...] = (".csv", ".parquet")
+
+STATUSES: tuple[str, ...] = ("ok", "failed", "diverged")
+
+BUSY_TIMEOUT_S = 60.0
+"""How long a writer waits for another process's transaction. Transactions take milliseconds; a minute only
+runs out if a process is stuck holding the lock, and then failing loudly is right."""
+
+# Column name -> kind, in table order. Kinds: "text", "int" (nullable), "real" (nullable, NaN stored as NULL),
+# "json" (any JSON-able value, stored as text). Required fields are in _REQUIRED.
+_TRIAL_COLUMNS: dict[str, str] = {
+    "key": "text",
+    "study": "text",
+    "algo": "text",
+    "algo_version": "text",
+    "env_id": "text",
+    "env_kwargs": "json",
+    "env_label": "text",
+    "seed": "int",
+    "budget": "int",
+    "threads": "int",
+    "config": "json",
+    "config_hash": "text",
+    "status": "text",
+    "error": "text",
+    "traceback": "text",
+    "steps": "int",
+    "wall_time_s": "real",
+    "rollout_time_s": "real",
+    "update_time_s": "real",
+    "eval_time_s": "real",
+    "steps_per_second": "real",
+    "peak_rss_mb": "real",
+    "final_eval_mean": "real",
+    "final_eval_std": "real",
+    "provenance": "json",
+    "started_at": "text",
+    "ended_at": "text",
+    "model_path": "text",
+}
+_REQUIRED: frozenset[str] = frozenset({"key", "algo", "env_id", "seed", "status"})
+_JSON_DEFAULTS: dict[str, Any] = {"env_kwargs": {}, "config": {}, "provenance": {}}
+_SERIES_FIELDS: frozenset[str] = frozenset({"curve", "evals", "updates"})
+RECORD_FIELDS: frozenset[str] = frozenset(_TRIAL_COLUMNS) | _SERIES_FIELDS
+"""Every key a trial record may have; :meth:`ResultsStore.save_trial` rejects others."""
+
+_SQL_TYPES = {"text": "TEXT", "int": "INTEGER", "real": "REAL", "json": "TEXT"}
+_NOT_NULL = _REQUIRED | frozenset(_JSON_DEFAULTS)
+
+_SCHEMA: tuple[str, ...] = (
+    "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE trials ("
+    + ", ".join(
+        f"{name} {_SQL_TYPES[kind]}" + (" PRIMARY KEY" if name == "key" else " NOT NULL" if name in _NOT_NULL else "")
+        for name, kind in _TRIAL_COLUMNS.items()
+    )
+    + f", CHECK (status IN ({', '.join(repr(s) for s in STATUSES)})))",
+    "CREATE INDEX trials_by_group ON trials (study, algo, env_label)",
+    "CREATE TABLE curves (key TEXT PRIMARY KEY, n INTEGER NOT NULL,"
+    " step_i8 BLOB NOT NULL, return_f8 BLOB NOT NULL, length_i8 BLOB NOT NULL)",
+    # WITHOUT ROWID clusters a trial's eval episodes together on disk, so loading by key is a range scan.
+    "CREATE TABLE evals (key TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, final INTEGER NOT NULL,"
+    ' episode INTEGER NOT NULL, "return" REAL, length INTEGER, PRIMARY KEY (key, idx, episode)) WITHOUT ROWID',
+    "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, metrics TEXT NOT NULL,"
+    " update_i8 BLOB NOT NULL, step_i8 BLOB NOT NULL, values_f8 BLOB NOT NULL)",
+)
+_OUR_TABLES = frozenset({"meta", "trials", "curves", "evals", "updates"})
+
+_I8 = np.dtype("<i8")
+_F8 = np.dtype("<f8")
+
+
+def default_db_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """Resolve which database file to use.
+
+    Args:
+        path: an explicit path (e.g. the CLI's ``--db``); wins when given.
+
+    Returns:
+        ``path`` if given, else ``$SUITE_DB`` if set and non-empty, else ``results/suite.db`` relative to the
+        current directory.
+    """
+    if path is not None and str(path) != "":
+        return Path(path).expanduser()
+    env = os.environ.get(DB_ENV_VAR, "")
+    if env:
+        return Path(env).expanduser()
+    return DEFAULT_DB_PATH
+
+
+class ResultsStore:
+    """A results database: open (creating it if needed), validate, save and load trials.
+
+    Use as a context manager, or call :meth:`close`. Loaders return pandas DataFrames; their ``keys`` argument
+    restricts the result to those trial keys (None means all trials).
+
+    Attributes:
+        path: the database file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
+        """Open the database at ``path`` (see :func:`default_db_path`), creating it and its directory if needed.
+
+        Args:
+            path: database file; None applies ``$SUITE_DB`` and then ``results/suite.db``.
+            create: if False, a missing file is a :class:`UserError` instead of being created (for read-only
+                commands such as reports, where a typo in the path should not produce an empty database).
+            timeout_s: how long to wait for another process's write lock before raising.
+
+        Raises:
+            UserError: the file is missing (with ``create=False``), cannot be opened, is not a rl-suite results
+                database, or was written by a newer schema version.
+        """
+        self.path = default_db_path(path)
+        self._timeout_s = float(timeout_s)
+        self._pid = os.getpid()
+        self._db: sqlite3.Connection | None = self._open(create)
+
+    # ------------------------------------------------------------------ opening
+
+    def _open(self, create: bool) -> sqlite3.Connection:
+        path = self.path
+        if path.exists() and not path.is_file():
+            raise UserError(f"{path} is not a rl-suite results database (it is not a file)")
+        if not path.exists():
+            if not create:
+                raise UserError(f"no results database at {path} (run some trials first, or set --db / ${DB_ENV_VAR})")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"cannot create the directory for results database {path}: {exc}") from exc
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a trial is exactly one transaction.
+            conn = sqlite3.connect(path, timeout=self._timeout_s, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise UserError(f"cannot open results database {path}: {exc}") from exc
+        try:
+            self._validate_or_create(conn)
+            # Only now, once the file is known to be ours: WAL is a persistent property of the file.
+            conn.execute("PRAGMA journal_mode=WAL")
+            # FULL fsyncs the WAL on every commit: a finished trial costs minutes, one fsync is nothing.
+            conn.execute("PRAGMA synchronous=FULL")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _validate_or_create(self, conn: sqlite3.Connection) -> None:
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        except sqlite3.DatabaseError as exc:  # "file is not a database" for non-SQLite bytes
+            raise UserError(f"{self.path} is not a rl-suite results database ({exc})") from exc
+        if app_id == 0 and not self._table_names(conn):
+            self._create_schema(conn)
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            tables = sorted(self._table_names(conn))
+            what = f"application_id {app_id:#x}" if app_id else "no rl-suite application_id"
+            shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+            raise UserError(f"{self.path} is not a rl-suite results database ({what}; tables: {shown or 'none'})")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"{self.path} was written by a newer rl-suite (schema version {version}; this version reads up to "
+                f"{SCHEMA_VERSION}); upgrade rl-suite to read it"
+            )
+        missing = _OUR_TABLES - self._table_names(conn)
+        if version < 1 or missing:
+            raise UserError(
+                f"{self.path} is not a rl-suite results database (schema version {version}, "
+                f"missing tables: {', '.join(sorted(missing)) or 'none'})"
+            )
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        # Several workers may open a fresh path at the same moment: take the write lock, then look again.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("PRAGMA application_id").fetchone()[0] == 0 and not self._table_names(conn):
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.executemany(
+                    "INSERT INTO meta (name, value) VALUES (?, ?)",
+                    [
+                        ("format", FORMAT_NAME),
+                        ("schema_version", str(SCHEMA_VERSION)),
+                        ("created_at", utc_now_iso()),
+                        ("created_by", f"rl-suite {suite.__version__}"),
+                    ],
+                )
+                # Header fields are written in the same transaction, so a half-created file cannot exist.
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+
+    @staticmethod
+    def _table_names(conn: sqlite3.Connection) -> set[str]:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError(f"results database {self.path} is closed")
+        if os.getpid() != self._pid:
+            # SQLite connections must not cross fork(): the child would share file locks with the parent.
+            raise RuntimeError("a ResultsStore was inherited across fork(); open a new one in each worker process")
+        return self._db
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._db is not None and os.getpid() == self._pid:
+            self._db.close()
+        self._db = None
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ writing
+
+    def save_trial(self, record: Mapping[str, Any]) -> None:
+        """Record one finished trial (any status), replacing an existing trial with the same key.
+
+        The trial row, curve, evaluations and update metrics are written in one transaction (see the module
+        docstring). numpy scalars and arrays are accepted anywhere and stored as plain numbers. NaN in a
+        scalar field (e.g. ``final_eval_mean`` of a diverged run) and in eval returns reads back as NaN/None
+        (SQLite stores it as NULL); NaN in curves and update metrics is kept exactly.
+
+        Args:
+            record: a trial record as produced by the trial runner; keys are :data:`RECORD_FIELDS`, of which
+                ``key``, ``algo``, ``env_id``, ``seed`` and ``status`` are required. ``curve`` is
+                ``{"step": [...], "return": [...], "length": [...]}`` (equal lengths), ``evals`` a list of
+                ``{"step", "final", "returns", "lengths"}``, ``updates`` a list of dicts with ``update``,
+                ``step`` and float metrics (metrics may differ between updates; absent ones read back as NaN).
+                An evaluation with no episodes leaves no rows, so it does not read back.
+
+        Raises:
+            ValueError: the record has unknown or missing fields, a bad status, or malformed series. This is
+                a programming error in the caller, so it is not a :class:`UserError`.
+        """
+        trial_row = _trial_row(record)
+        key = trial_row[0]
+        # Encode everything before taking the lock, so the transaction only does I/O.
+        curve_row = (key, *_encode_curve(record.get("curve")))
+        eval_rows = _eval_rows(key, record.get("evals"))
+        update_row = (key, *_encode_updates(record.get("updates")))
+
+        with self._transaction() as conn:
+            for table in ("curves", "evals", "updates", "trials"):
+                conn.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
+            conn.execute(_INSERT_TRIAL, trial_row)
+            self._write_series(conn, curve_row, eval_rows, update_row)
+
+    def _write_series(
+        self,
+        conn: sqlite3.Connection,
+        curve_row: tuple[Any, ...],
+        eval_rows: list[tuple[Any, ...]],
+        update_row: tuple[Any, ...],
+    ) -> None:
+        # A separate method so the crash-safety tests can kill the process between the trial row and its series.
+        conn.execute("INSERT INTO curves VALUES (?, ?, ?, ?, ?)", curve_row)
+        conn.executemany("INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?)", eval_rows)
+        conn.execute("INSERT INTO updates VALUES (?, ?, ?, ?, ?, ?)", update_row)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        # IMMEDIATE takes the write lock up front; a deferred transaction that upgrades later can fail with
+        # SQLITE_BUSY without waiting for busy_timeout.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+
+    # ------------------------------------------------------------------ reading
+
+    def finished_keys(self) -> set[str]:
+        """Keys of all recorded trials, whatever their status (a resumed study skips these)."""
+        return {row[0] for row in self._conn.execute("SELECT key FROM trials")}
+
+    def has_trial(self, key: str) -> bool:
+        """Whether a trial with this key is recorded."""
+        return self._conn.execute("SELECT 1 FROM trials WHERE key = ?", (key,)).fetchone() is not None
+
+    def trials(
+        self,
+        *,
+        study: str | None = None,
+        algos: str | Iterable[str] | None = None,
+        envs: str | Iterable[str] | None = None,
+        status: str | Iterable[str] | None = None,
+        keys: Iterable[str] | None = None,
+    ) -> pd.DataFrame:
+        """One row per trial, sorted by algo, env_label, seed, key. Filters combine with AND.
+
+        Args:
+            study: only trials of this study.
+            algos: only these algorithm ids.
+            envs: only these environments, matched against ``env_label`` or ``env_id``.
+            status: only these statuses (``ok``, ``failed``, ``diverged``).
+            keys: only these trial keys.
+
+        Returns:
+            Columns as in the trial record minus the series (``curve``, ``evals``, ``updates``).
+            ``env_kwargs``, ``config`` and ``provenance`` hold parsed dicts; ``seed`` is int64; ``budget``,
+            ``threads``, ``steps`` are nullable ``Int64``; timing, memory and eval columns are float64.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if study is not None:
+            where.append("study = ?")
+            params.append(study)
+        for column, values in (("algo", algos), ("status", status), ("key", keys)):
+            if values is not None:
+                where.append(f"{column} IN (SELECT value FROM json_each(?))")
+                params.append(json.dumps(_as_list(values)))
+        if envs is not None:
+            where.append(
+                "(env_label IN (SELECT value FROM json_each(?)) OR env_id IN (SELECT value FROM json_each(?)))"
+            )
+            params.extend([json.dumps(_as_list(envs))] * 2)
+        sql = f"SELECT {', '.join(_TRIAL_COLUMNS)} FROM trials"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY algo, env_label, seed, key"
+        rows = self._conn.execute(sql, params).fetchall()
+        return _trials_frame(rows)
+
+    def curves(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
+        """Learning curves in long format: one row per finished training episode.
+
+        Args:
+            keys: trial keys to load; None loads all.
+
+        Returns:
+            Columns ``key`` (str), ``step`` (int64, global env step at the episode's end), ``return`` (float64),
+            ``length`` (int64); trials in key order, episodes in recorded order.
+        """
+        where, params = _key_filter(keys)
+        rows = self._conn.execute(
+            f"SELECT key, n, step_i8, return_f8, length_i8 FROM curves{where} ORDER BY key", params
+        ).fetchall()
+        counts = [row[1] for row in rows]
+        return pd.DataFrame(
+            {
+                "key": _repeat_keys([row[0] for row in rows], counts),
+                "step": _concat([row[2] for row in rows], _I8),
+                "return": _concat([row[3] for row in rows], _F8),
+                "length": _concat([row[4] for row in rows], _I8),
+            }
+        )
+
+    def evals(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
+        """Evaluation episodes in long format.
+
+        Args:
+            keys: trial keys to load; None loads all.
+
+        Returns:
+            Columns ``key`` (str), ``step`` (int64), ``final`` (bool, the end-of-training evaluation),
+            ``episode`` (int64, 0-based within its evaluation), ``return`` (float64), ``length`` (float64, NaN
+            where unknown); trials in key order, evaluations in recorded order.
+        """
+        where, params = _key_filter(keys)
+        rows = self._conn.execute(
+            f'SELECT key, step, final, episode, "return", length FROM evals{where} ORDER BY key, idx, episode',
+            params,
+        ).fetchall()
+        frame = pd.DataFrame.from_records(rows, columns=["key", "step", "final", "episode", "return", "length"])
+        return frame.astype(
+            {
+                "key": object,
+                "step": "int64",
+                "final": bool,
+                "episode": "int64",
+                "return": "float64",
+                "length": "float64",
+            }
+        )
+
+    def updates(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
+        """Per-update training metrics, one row per gradient update phase.
+
+        Args:
+            keys: trial keys to load; None loads all.
+
+        Returns:
+            Columns ``key`` (str), ``update`` (int64), ``step`` (int64), then one float64 column per metric
+            name seen in any loaded trial (first-seen order), NaN where a trial did not log that metric.
+        """
+        where, params = _key_filter(keys)
+        rows = self._conn.execute(
+            f"SELECT key, n, metrics, update_i8, step_i8, values_f8 FROM updates{where} ORDER BY key", params
+        ).fetchall()
+        counts = [row[1] for row in rows]
+        total = sum(counts)
+        columns: dict[str, np.ndarray] = {}
+        offset = 0
+        for _, n, metrics_json, _, _, values_blob in rows:
+            metrics = json.loads(metrics_json)
+            values = np.frombuffer(values_blob, dtype=_F8).reshape(n, len(metrics))
+            for j, name in enumerate(metrics):
+                if name not in columns:
+                    columns[name] = np.full(total, np.nan)
+                columns[name][offset : offset + n] = values[:, j]
+            offset += n
+        return pd.DataFrame(
+            {
+                "key": _repeat_keys([row[0] for row in rows], counts),
+                "update": _concat([row[3] for row in rows], _I8),
+                "step": _concat([row[4] for row in rows], _I8),
+                **columns,
+            }
+        )
+
+    def get_trial(self, key: str) -> dict[str, Any] | None:
+        """The full record of one trial, in the shape :meth:`save_trial` accepted, or None if absent.
+
+        Scalars come back as Python ``int``/``float``/``str``/``None``; series as lists.
+        """
+        frame = self.trials(keys=[key])
+        if frame.empty:
+            return None
+        record: dict[str, Any] = {}
+        for name, kind in _TRIAL_COLUMNS.items():
+            value = frame.iloc[0][name]
+            if kind in ("int", "real"):
+                value = None if pd.isna(value) else (int(value) if kind == "int" else float(value))
+            record[name] = value
+        curve = self.curves([key])
+        record["curve"] = {name: curve[name].tolist() for name in ("step", "return", "length")}
+        record["evals"] = _evals_to_records(self._conn, key)
+        updates = self.updates([key])
+        metric_names = [c for c in updates.columns if c not in ("key", "update", "step")]
+        record["updates"] = [
+            {"update": int(u), "step": int(s), **{m: float(v) for m, v in zip(metric_names, vals, strict=True)}}
+            for u, s, *vals in updates[["update", "step", *metric_names]].itertuples(index=False, name=None)
+        ]
+        return record
+
+    def summary(self) -> pd.DataFrame:
+        """Trial counts per (study, algo, env_label, status), for ``suite status``.
+
+        Returns:
+            Columns ``study`` (None for ad-hoc trials), ``algo``, ``env_label``, ``status``, ``n`` (int64).
+        """
+        rows = self._conn.execute(
+            "SELECT study, algo, env_label, status, COUNT(*) FROM trials"
+            " GROUP BY study, algo, env_label, status ORDER BY study, algo, env_label, status"
+        ).fetchall()
+        frame = pd.DataFrame.from_records(rows, columns=["study", "algo", "env_label", "status", "n"])
+        return frame.astype({"n": "int64"})
+
+    def export(self, table: str, path: str | os.PathLike[str]) -> int:
+        """Write one table (all trials) to CSV or Parquet, chosen by the file suffix.
+
+        ``trials`` is written with ``env_kwargs``, ``config`` and ``provenance`` as JSON text (sorted keys).
+        Read a CSV back with ``pandas.read_csv(path, dtype={"key": str})``: a hex key of digits only would
+        otherwise be parsed as a number.
+
+        Args:
+            table: one of :data:`TABLES`.
+            path: output file ending in ``.csv`` or ``.parquet``; parent directories are created.
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            UserError: unknown table or suffix, or the file cannot be written.
+        """
+        if table not in TABLES:
+            raise UserError(f"unknown results table {table!r}; choose one of {', '.join(TABLES)}")
+        out = Path(path)
+        suffix = out.suffix.lower()
+        if suffix not in EXPORT_SUFFIXES:
+            raise UserError(
+                f"cannot export to {out}: unknown file type {suffix or '(no suffix)'!r}; use .csv or .parquet"
+            )
+        frame: pd.DataFrame = getattr(self, table)()
+        if table == "trials":
+            for name, kind in _TRIAL_COLUMNS.items():
+                if kind == "json":
+                    frame[name] = [_dump_json(v) for v in frame[name]]
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if suffix == ".csv":
+                frame.to_csv(out, index=False)
+            else:
+                frame.to_parquet(out, index=False)
+        except OSError as exc:
+            raise UserError(f"cannot write {out}: {exc}") from exc
+        return len(frame)
+
+
+# ---------------------------------------------------------------------- encoding helpers
+
+_INSERT_TRIAL = f"INSERT INTO trials ({', '.join(_TRIAL_COLUMNS)}) VALUES ({', '.join('?' for _ in _TRIAL_COLUMNS)})"
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # no transaction was open (BEGIN itself failed); nothing to undo
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _dump_json(value: Any) -> str:
+    # sort_keys: the same config always gives the same text, so exports diff cleanly.
+    return json.dumps(value, sort_keys=True, default=_json_default)
+
+
+def _trial_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    unknown = set(record) - RECORD_FIELDS
+    if unknown:
+        raise ValueError(f"trial record has unknown fields {sorted(unknown)}; the store knows {sorted(RECORD_FIELDS)}")
+    missing = [name for name in sorted(_REQUIRED) if record.get(name) is None]
+    if missing:
+        raise ValueError(f"trial record lacks required fields {missing}")
+    if record["status"] not in STATUSES:
+        raise ValueError(f"trial status {record['status']!r} is not one of {STATUSES}")
+    row: list[Any] = []
+    for name, kind in _TRIAL_COLUMNS.items():
+        value = record.get(name)
+        if isinstance(value, np.generic):
+            value = value.item()
+        if kind == "json":
+            value = _dump_json(_JSON_DEFAULTS[name] if value is None else value)
+        elif value is not None and kind == "int":
+            value = int(value)
+        elif value is not None and kind == "real":
+            value = float(value)
+        elif value is not None and kind == "text" and not isinstance(value, str):
+            value = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+        row.append(value)
+    return tuple(row)
+
+
+def _as_array(values: Any, dtype: np.dtype, what: str) -> np.ndarray:
+    try:
+        return np.asarray([] if values is None else values, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be a sequence of numbers: {exc}") from exc
+
+
+def _encode_curve(curve: Mapping[str, Sequence[Any]] | None) -> tuple[int, bytes, bytes, bytes]:
+    curve = curve or {}
+    step = _as_array(curve.get("step"), _I8, "curve['step']")
+    ret = _as_array(curve.get("return"), _F8, "curve['return']")
+    length = _as_array(curve.get("length"), _I8, "curve['length']")
+    if not (step.ndim == ret.ndim == length.ndim == 1 and len(step) == len(ret) == len(length)):
+        raise ValueError(
+            f"curve step/return/length must be 1-D and equally long, got {step.shape}, {ret.shape}, {length.shape}"
+        )
+    return len(step), step.tobytes(), ret.tobytes(), length.tobytes()
+
+
+def _eval_rows(key: str, evals: Sequence[Mapping[str, Any]] | None) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for idx, ev in enumerate(evals or ()):
+        returns = list(ev.get("returns") or ())
+        lengths = list(ev.get("lengths") or ())
+        if lengths and len(lengths) != len(returns):
+            raise ValueError(f"evals[{idx}] has {len(returns)} returns but {len(lengths)} lengths")
+        step, final = int(ev["step"]), bool(ev.get("final", False))
+        for episode, ret in enumerate(returns):
+            length = lengths[episode] if lengths else None
+            rows.append((key, idx, step, final, episode, float(ret), None if length is None else int(length)))
+    return rows
+
+
+def _encode_updates(updates: Sequence[Mapping[str, Any]] | None) -> tuple[int, str, bytes, bytes, bytes]:
+    updates = list(updates or ())
+    names: dict[str, None] = {}  # an ordered set: metric columns keep the order the algorithm logs them in
+    for entry in updates:
+        for name in entry:
+            if name not in ("update", "step"):
+                names.setdefault(name)
+    column = {name: j for j, name in enumerate(names)}
+    n = len(updates)
+    update_no = np.empty(n, dtype=_I8)
+    step = np.empty(n, dtype=_I8)
+    values = np.full((n, len(column)), np.nan, dtype=_F8)
+    for i, entry in enumerate(updates):
+        try:
+            update_no[i] = int(entry["update"])
+            step[i] = int(entry["step"])
+        except KeyError as exc:
+            raise ValueError(f"updates[{i}] lacks {exc.args[0]!r}") from exc
+        for name, value in entry.items():
+            j = column.get(name)
+            if j is not None and value is not None:
+                try:
+                    values[i, j] = float(value)
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"updates[{i}][{name!r}] = {value!r} is not a number") from exc
+    return n, json.dumps(list(column)), update_no.tobytes(), step.tobytes(), values.tobytes()
+
+
+# ---------------------------------------------------------------------- decoding helpers
+
+
+def _as_list(values: str | Iterable[str]) -> list[str]:
+    return [values] if isinstance(values, str) else list(values)
+
+
+def _key_filter(keys: Iterable[str] | None) -> tuple[str, list[Any]]:
+    # One JSON parameter instead of one "?" per key: no SQLite variable limit, however many keys a report asks for.
+    if keys is None:
+        return "", []
+    return " WHERE key IN (SELECT value FROM json_each(?))", [json.dumps(_as_list(keys))]
+
+
+def _repeat_keys(keys: list[str], counts: list[int]) -> np.ndarray:
+    return np.repeat(np.array(keys, dtype=object), counts) if keys else np.array([], dtype=object)
+
+
+def _concat(blobs: list[bytes], dtype: np.dtype) -> np.ndarray:
+    # Native byte order for the DataFrame; the stored blobs are little-endian whatever the machine.
+    native = dtype.newbyteorder("=")
+    if not blobs:
+        return np.array([], dtype=native)
+    return np.concatenate([np.frombuffer(blob, dtype=dtype) for blob in blobs]).astype(native, copy=False)
+
+
+def _trials_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(rows, columns=list(_TRIAL_COLUMNS))
+    dtypes: dict[str, Any] = {}
+    for name, kind in _TRIAL_COLUMNS.items():
+        if kind == "json":
+            frame[name] = [json.loads(text) for text in frame[name]]
+        elif kind == "real":
+            dtypes[name] = "float64"
+        elif kind == "int":
+            dtypes[name] = "int64" if name in _REQUIRED else "Int64"
+        else:
+            dtypes[name] = object
+    return frame.astype(dtypes)
+
+
+def _evals_to_records(conn: sqlite3.Connection, key: str) -> list[dict[str, Any]]:
+    evals: list[dict[str, Any]] = []
+    last_idx = None
+    for idx, step, final, ret, length in conn.execute(
+        'SELECT idx, step, final, "return", length FROM evals WHERE key = ? ORDER BY idx, episode', (key,)
+    ):
+        if idx != last_idx:
+            evals.append({"step": step, "final": bool(final), "returns": [], "lengths": []})
+            last_idx = idx
+        evals[-1]["returns"].append(math.nan if ret is None else ret)
+        evals[-1]["lengths"].append(length)
+    return evals
