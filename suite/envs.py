@@ -1,0 +1,510 @@
+"""The suite's environment layer: every trial gets its (vector) envs from here.
+
+Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Every vector env
+returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
+
+* ``reset(seed=int)`` seeds sub-env ``k`` with ``seed + k``; ``reset(seed=[s0, s1, ...])`` seeds each sub-env
+  explicitly (``vectorization="sync"``/``"async"``; the CartPole fast path takes int seeds only). Every seeded
+  reset also seeds the action spaces (:func:`seed_action_spaces`), so ``envs.action_space.sample()`` is
+  reproducible.
+* SAME_STEP autoreset (https://farama.org/Vector-Autoreset-Mode): when sub-env ``i`` ends at a step, row ``i``
+  of the returned observation is already the first observation of the next episode, and
+  :func:`final_observations` gives the last real observation (for time-limit bootstrapping).
+* :func:`finished_episodes` reports the RAW score and length of episodes that truly ended at this step,
+  recorded by ``RecordEpisodeStatistics`` innermost on each sub-env (below reward clipping and episodic life).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, SupportsFloat
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+from gymnasium.wrappers import (
+    AtariPreprocessing,
+    FrameStackObservation,
+    RecordEpisodeStatistics,
+    TimeLimit,
+    TransformReward,
+)
+
+from suite.errors import UserError
+from suite.textmatch import CHARSETS, DEFAULT_TARGETS, TextMatchEnv, validate_text_target
+
+gym.register_envs(ale_py)  # makes the "ALE/..." ids known to gym.make
+
+TEXTMATCH_ID = "TextMatch-v0"
+
+
+def _register_textmatch() -> None:
+    """Register ``TextMatch-v0`` once; a different env already under that id is an error, never overridden."""
+    existing = gym.registry.get(TEXTMATCH_ID)
+    if existing is not None:
+        if existing.entry_point is not TextMatchEnv:
+            raise RuntimeError(f"{TEXTMATCH_ID} is already registered with entry point {existing.entry_point!r}")
+        return
+    # No max_episode_steps: the env terminates by itself after len(target) steps.
+    gym.register(TEXTMATCH_ID, entry_point=TextMatchEnv, kwargs={"language": "english", "target": None})  # type: ignore[arg-type]
+
+
+_register_textmatch()
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the suite knows about one environment id (static; kwargs are resolved by :func:`resolve_env_kwargs`)."""
+
+    id: str
+    """Versioned gymnasium id, e.g. ``"CartPole-v1"``, ``"ALE/Pong-v5"``."""
+    family: str
+    """``"classic"``, ``"box2d"``, ``"atari"``, ``"mujoco"`` or ``"text"``."""
+    action_space: str
+    """``"discrete"`` or ``"box"``."""
+    observation: str
+    """``"vector"`` (flat float vector) or ``"image"`` (uint8 frames, Atari: ``(4, 84, 84)``)."""
+    max_episode_steps: int
+    """Agent steps per episode cap of the env itself with default kwargs (Pong: 108000 frames / 4 = 27000)."""
+    default_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """Env constructor kwargs used when the user gives none (read-only mapping)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready plain dict of all fields."""
+        return {
+            "id": self.id,
+            "family": self.family,
+            "action_space": self.action_space,
+            "observation": self.observation,
+            "max_episode_steps": self.max_episode_steps,
+            "default_kwargs": dict(self.default_kwargs),
+        }
+
+
+_SPECS: dict[str, EnvSpec] = {}
+
+
+def _add_spec(spec: EnvSpec) -> None:
+    if spec.id in _SPECS:
+        raise RuntimeError(f"duplicate env spec {spec.id!r}")
+    _SPECS[spec.id] = spec
+
+
+_add_spec(EnvSpec("CartPole-v1", "classic", "discrete", "vector", 500))
+_add_spec(EnvSpec("LunarLander-v3", "box2d", "discrete", "vector", 1000))
+# ALE v5 truncates at max_num_frames_per_episode=108_000 frames (ale_py/registration.py); 4 frames per agent step.
+_add_spec(EnvSpec("ALE/Pong-v5", "atari", "discrete", "image", 108_000 // 4))
+_add_spec(EnvSpec("Hopper-v5", "mujoco", "box", "vector", 1000))
+_add_spec(
+    EnvSpec(
+        TEXTMATCH_ID,
+        "text",
+        "discrete",
+        "vector",
+        len(DEFAULT_TARGETS["english"]),
+        MappingProxyType({"language": "english", "target": DEFAULT_TARGETS["english"]}),
+    )
+)
+
+VECTORIZATIONS = ("auto", "sync", "async")
+"""Allowed values of ``make_vec_env(vectorization=...)``."""
+
+# "auto" never picks async: on the 2-core dev machine (load from other jobs, best of 3) Pong async was no faster
+# than sync (n_envs 2/4/8: sync 2.0-2.5k, async 1.2-2.6k agent steps/s, no consistent winner), Hopper and
+# LunarLander were 2-4x slower async (IPC dominates), and worker processes compete with the learner for the cores.
+_AUTO_ASYNC_FAMILIES: frozenset[str] = frozenset()
+
+
+def list_envs() -> list[EnvSpec]:
+    """All supported envs, in a fixed order."""
+    return list(_SPECS.values())
+
+
+def get_env_spec(env_id: str) -> EnvSpec:
+    """The :class:`EnvSpec` of ``env_id``.
+
+    Raises:
+        UserError: unknown id (the message lists the allowed ids).
+    """
+    try:
+        return _SPECS[env_id]
+    except (KeyError, TypeError):
+        raise UserError(f"unknown env id {env_id!r}; allowed: {', '.join(_SPECS)}") from None
+
+
+def resolve_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge ``kwargs`` over the env's defaults and validate them.
+
+    For ``TextMatch-v0`` a language given without a target gets that language's default target
+    (``{"language": "code"}`` -> target ``"12345"``).
+
+    Returns:
+        A new dict with every constructor kwarg of the env.
+
+    Raises:
+        UserError: unknown id, unknown key, or bad value (TextMatch: unsupported language, empty target,
+            target character outside the charset).
+    """
+    spec = get_env_spec(env_id)
+    kwargs = dict(kwargs or {})
+    unknown = sorted(set(kwargs) - set(spec.default_kwargs))
+    if unknown:
+        allowed = ", ".join(spec.default_kwargs) or "none"
+        raise UserError(f"unknown env kwargs {unknown} for {env_id}; allowed: {allowed}")
+    if env_id == TEXTMATCH_ID:
+        language = kwargs.get("language", spec.default_kwargs["language"])
+        if not isinstance(language, str) or language not in CHARSETS:
+            raise UserError(f"unsupported TextMatch language {language!r}; allowed: {', '.join(CHARSETS)}")
+        try:
+            target = validate_text_target(language, kwargs.get("target"))
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        return {"language": language, "target": target}
+    return {**spec.default_kwargs, **kwargs}
+
+
+def env_label(env_id: str, kwargs: Mapping[str, Any] | None) -> str:
+    """Short human label: the plain id for default kwargs, else e.g. ``"TextMatch-v0[code:12345]"``."""
+    spec = get_env_spec(env_id)
+    resolved = resolve_env_kwargs(env_id, kwargs)
+    if resolved == dict(spec.default_kwargs):
+        return env_id
+    if env_id == TEXTMATCH_ID:
+        return f"{env_id}[{resolved['language']}:{resolved['target']}]"
+    return f"{env_id}[{','.join(f'{k}={v}' for k, v in sorted(resolved.items()))}]"
+
+
+def episode_limit(env_id: str, kwargs: Mapping[str, Any] | None) -> int:
+    """Maximum agent steps in one episode of the env itself (``TextMatch-v0``: ``len(target)``)."""
+    if env_id == TEXTMATCH_ID:
+        return len(resolve_env_kwargs(env_id, kwargs)["target"])
+    return get_env_spec(env_id).max_episode_steps
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# single-env pipelines
+
+
+class EpisodicLife(gym.Wrapper):
+    """Signal ``terminated`` on every lost life, but reset the game only at its true end.
+
+    Training-only trick of Mnih et al. 2015 (DQN), as in SB3's ``EpisodicLifeEnv``. Differences from SB3: a
+    seeded reset always resets the game, so a seeded ``reset`` is reproducible. Pong has no lives
+    (``ale.lives() == 0``), so there it never fires; it is kept so every Atari id gets the same pipeline.
+    Known limitation (shared with SB3): if the no-op step after a lost life ends the game, that game's
+    ``episode`` statistics are dropped by the reset that follows.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._ale: Any = env.unwrapped.ale  # type: ignore[attr-defined]
+        self._lives = 0
+        self._game_over = True
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._game_over = bool(terminated or truncated)
+        lives = self._ale.lives()
+        if 0 < lives < self._lives:
+            terminated = True
+        self._lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if self._game_over or seed is not None:
+            obs, info = self.env.reset(seed=seed, options=options)
+        else:
+            # Lost a life only: continue the same game with one no-op step (SB3 EpisodicLifeEnv).
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(options=options)
+        self._game_over = False
+        self._lives = self._ale.lives()
+        return obs, info
+
+
+def _sign(reward: SupportsFloat) -> float:
+    """Reward clipping to {-1, 0, +1} (Mnih et al. 2015); module-level so async workers can pickle it."""
+    return float(np.sign(float(reward)))
+
+
+def wrap_atari_agent_side(env: gym.Env, *, training: bool, max_episode_steps: int | None) -> gym.Env:
+    """Everything above ``AtariPreprocessing``: optional cap, raw statistics, training tricks, frame stack.
+
+    Order matters: ``TimeLimit`` and ``RecordEpisodeStatistics`` sit below episodic life and reward clipping
+    so the recorded ``episode`` is the true game with its raw score (Pong: -21..21).
+
+    Args:
+        env: A preprocessed single Atari env (obs ``(84, 84)`` uint8), or a stand-in with ``unwrapped.ale``.
+        training: Add episodic life and sign reward clipping.
+        max_episode_steps: Optional agent-step cap (truncation).
+
+    Returns:
+        The wrapped env; obs ``(4, 84, 84)`` uint8 for a real Atari env.
+    """
+    if max_episode_steps is not None:
+        env = TimeLimit(env, max_episode_steps)
+    env = RecordEpisodeStatistics(env)
+    if training:
+        env = EpisodicLife(env)
+        env = TransformReward(env, _sign)
+    return FrameStackObservation(env, 4)
+
+
+def make_single_env(env_id: str, env_kwargs: Mapping[str, Any], training: bool, max_episode_steps: int | None) -> gym.Env:
+    """Build one fully wrapped sub-env (used by the vector envs; kwargs must already be resolved).
+
+    Args:
+        env_id: A supported id.
+        env_kwargs: Output of :func:`resolve_env_kwargs`.
+        training: Atari only: episodic life and reward clipping.
+        max_episode_steps: Optional agent-step cap tighter than the env's own (truncation).
+    """
+    spec = get_env_spec(env_id)
+    if spec.family == "atari":
+        # v5 would skip 4 frames itself; AtariPreprocessing skips, so the ALE must not (published.md pitfall:
+        # skipping in both gives 16). repeat_action_probability keeps v5's 0.25 (Machado et al. 2018).
+        # obs_type="grayscale": AtariPreprocessing reads the screen from the ALE itself, so an RGB copy per
+        # frame is wasted work (measured 2.1k -> 2.6k agent steps/s for one env).
+        env = gym.make(env_id, frameskip=1, obs_type="grayscale")
+        env = AtariPreprocessing(
+            env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, terminal_on_life_loss=False
+        )
+        return wrap_atari_agent_side(env, training=training, max_episode_steps=max_episode_steps)
+    # gym.make puts TimeLimit(max_episode_steps) below RecordEpisodeStatistics, so capped episodes are recorded.
+    env = gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
+    return RecordEpisodeStatistics(env)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# vector envs
+
+
+def seed_action_spaces(envs: VectorEnv, seed: int | Sequence[int | None] | None) -> None:
+    """Seed the batched and single action spaces (and, for sync envs, each sub-env's) from a reset seed.
+
+    Called by every seeded ``reset`` of a :func:`make_vec_env` env; public for callers that build their own.
+
+    Args:
+        envs: Any vector env.
+        seed: An int (sub-env ``k`` gets ``seed + k``) or one seed per sub-env (the batched space uses the first).
+    """
+    if seed is None:
+        return
+    n = envs.num_envs
+    seeds = [seed + k for k in range(n)] if isinstance(seed, int) else list(seed)
+    if seeds[0] is not None:
+        envs.action_space.seed(int(seeds[0]))
+        envs.single_action_space.seed(int(seeds[0]))
+    base = envs.unwrapped
+    if isinstance(base, SyncVectorEnv):
+        for sub, s in zip(base.envs, seeds, strict=True):
+            if s is not None:
+                sub.action_space.seed(int(s))
+
+
+class SeededVectorEnv(VectorWrapper):
+    """Outermost wrapper of every :func:`make_vec_env` env: a seeded reset also seeds the action spaces."""
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the sub-envs (see the module docstring for seeds) and seed the action spaces."""
+        if isinstance(seed, np.integer):
+            seed = int(seed)
+        elif seed is not None and not isinstance(seed, int):
+            seed = [None if s is None else int(s) for s in seed]  # Sync/Async accept plain int lists only
+        out = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # Sync/Async take lists
+        seed_action_spaces(self, seed)
+        return out
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step all sub-envs; drops ``RecordEpisodeStatistics``' wall-time field so no log records it."""
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        episode = info.get("final_info", {}).get("episode")
+        if episode is not None:
+            episode.pop("t", None)
+            episode.pop("_t", None)
+        return obs, reward, terminated, truncated, info
+
+
+class SameStepCartPole(SeededVectorEnv):
+    """SAME_STEP autoreset and episode statistics on gymnasium's numpy ``CartPoleVectorEnv``.
+
+    The inner env only implements NEXT_STEP autoreset (it resets a done env on the following ``step`` and
+    returns a dummy transition). After each inner step this adapter captures the final obs of the envs that
+    ended, re-samples their state from the inner env's ``np_random`` within its reset bounds (as the inner
+    reset does), zeroes their step counters and clears ``prev_done`` so the inner env never resets by itself.
+    Everything is vectorised numpy; the info layout matches ``SyncVectorEnv`` + ``RecordEpisodeStatistics``
+    (without the wall-time field), except that ``info["final_obs"]`` is a float32 ``(n_envs, 4)`` array
+    rather than an object array. Read it through :func:`final_observations`.
+    """
+
+    def __init__(self, env: VectorEnv) -> None:
+        super().__init__(env)
+        self._inner: Any = env.unwrapped  # CartPoleVectorEnv; its state arrays are edited in place
+        n = env.num_envs
+        self._returns = np.zeros(n, dtype=np.float64)
+        self._lengths = np.zeros(n, dtype=np.int64)
+        self.metadata = {**env.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset all envs; only an int seed (or None) is supported by the numpy CartPole."""
+        if seed is not None and not isinstance(seed, int | np.integer):
+            raise UserError(
+                "CartPole-v1 with vectorization='auto' takes an int reset seed only; "
+                "use vectorization='sync' for per-env seed lists"
+            )
+        obs, info = super().reset(seed=None if seed is None else int(seed), options=options)
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        return obs, info
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step all envs; ended rows of obs are already reset, their last obs is in ``info["final_obs"]``."""
+        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        inner = self._inner
+        self._returns += reward
+        self._lengths += 1
+        done = terminated | truncated
+        info: dict[str, Any] = {}
+        if done.any():
+            idx = np.flatnonzero(done)
+            final_obs = obs.copy()  # rows of envs that did not end are their current obs (documented as arbitrary)
+            fresh = inner.np_random.uniform(low=inner.low, high=inner.high, size=(4, idx.size))
+            inner.state[:, idx] = fresh
+            inner.steps[idx] = 0
+            obs[idx] = fresh.T  # obs is a fresh float32 copy of the inner state, safe to edit
+            episode = {"r": self._returns * done, "_r": done, "l": self._lengths * done, "_l": done}
+            info = {
+                "final_obs": final_obs,
+                "_final_obs": done,
+                "final_info": {"episode": episode, "_episode": done},
+                "_final_info": done,
+            }
+            self._returns[idx] = 0.0
+            self._lengths[idx] = 0
+        inner.prev_done.fill(False)  # the inner env must never run its own NEXT_STEP reset
+        return obs, reward, terminated, truncated, info
+
+
+def make_vec_env(
+    env_id: str,
+    n_envs: int,
+    *,
+    training: bool = True,
+    env_kwargs: Mapping[str, Any] | None = None,
+    vectorization: str = "auto",
+    max_episode_steps: int | None = None,
+) -> SeededVectorEnv:
+    """Build ``n_envs`` copies of ``env_id`` as one vector env with SAME_STEP autoreset.
+
+    Args:
+        env_id: A supported id (:func:`list_envs`).
+        n_envs: Number of sub-envs (>= 1).
+        training: False for evaluation envs: Atari then has raw rewards and no episodic life.
+        env_kwargs: Env kwargs (``TextMatch-v0`` only), merged over the defaults.
+        vectorization: ``"sync"`` (one process), ``"async"`` (one process per sub-env) or ``"auto"``
+            (CartPole: the numpy vector env, int seeds only; all others: sync, see ``_AUTO_ASYNC_FAMILIES``).
+        max_episode_steps: Optional per-episode agent-step cap; episodes hitting it end as truncated. Values
+            above the env's own limit change nothing.
+
+    Returns:
+        A vector env; obs ``(n_envs, *single_obs_shape)``, rewards float ``(n_envs,)``, terminated/truncated
+        bool ``(n_envs,)``. See the module docstring for the seeding and info contract.
+
+    Raises:
+        UserError: unknown id or kwargs, bad ``n_envs``, ``vectorization`` or ``max_episode_steps``.
+    """
+    spec = get_env_spec(env_id)
+    kwargs = resolve_env_kwargs(env_id, env_kwargs)
+    if isinstance(n_envs, bool) or not isinstance(n_envs, int | np.integer) or n_envs < 1:
+        raise UserError(f"n_envs must be a positive int, got {n_envs!r}")
+    if vectorization not in VECTORIZATIONS:
+        raise UserError(f"unknown vectorization {vectorization!r}; allowed: {', '.join(VECTORIZATIONS)}")
+    if max_episode_steps is not None and (
+        isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int | np.integer) or max_episode_steps < 1
+    ):
+        raise UserError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}")
+    limit = episode_limit(env_id, kwargs)
+    cap = None if max_episode_steps is None or max_episode_steps >= limit else int(max_episode_steps)
+    n_envs = int(n_envs)
+
+    if env_id == "CartPole-v1" and vectorization == "auto":
+        inner = gym.make_vec(
+            env_id, n_envs, vectorization_mode="vector_entry_point", max_episode_steps=cap or spec.max_episode_steps
+        )
+        return SameStepCartPole(inner)
+
+    env_fns: list[Callable[[], gym.Env]] = [
+        functools.partial(make_single_env, env_id, kwargs, training, cap) for _ in range(n_envs)
+    ]
+    use_async = vectorization == "async" or (vectorization == "auto" and spec.family in _AUTO_ASYNC_FAMILIES)
+    if use_async:
+        envs: VectorEnv = AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    else:
+        envs = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    return SeededVectorEnv(envs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading step infos
+
+
+def finished_episodes(info: Mapping[str, Any], n_envs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Episodes that truly ended at this step, with their raw return and length.
+
+    A life lost under episodic life, or a clipped reward, never shows here: the numbers come from
+    ``RecordEpisodeStatistics`` below those wrappers (Pong: the game score, -21..21).
+
+    Args:
+        info: The info dict of one vector ``step``.
+        n_envs: Number of sub-envs.
+
+    Returns:
+        ``(mask bool (n_envs,), raw_return float64 (n_envs,), length int64 (n_envs,))``; unmasked rows are 0.
+    """
+    mask = np.zeros(n_envs, dtype=bool)
+    returns = np.zeros(n_envs, dtype=np.float64)
+    lengths = np.zeros(n_envs, dtype=np.int64)
+    final_info = info.get("final_info")
+    if not final_info or "_episode" not in final_info:
+        return mask, returns, lengths
+    mask[:] = np.asarray(final_info["_episode"], dtype=bool)
+    episode = final_info["episode"]
+    returns[mask] = np.asarray(episode["r"], dtype=np.float64)[mask]
+    lengths[mask] = np.asarray(episode["l"], dtype=np.int64)[mask]
+    return mask, returns, lengths
+
+
+def final_observations(info: Mapping[str, Any], n_envs: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Last real observations of sub-envs that ended (terminated OR truncated, incl. life loss) at this step.
+
+    Args:
+        info: The info dict of one vector ``step``.
+        n_envs: Number of sub-envs.
+
+    Returns:
+        ``(mask bool (n_envs,), final_obs (n_envs, *obs_shape))``; rows where ``mask`` is False are arbitrary
+        (zero, or the current obs for the CartPole fast path). ``final_obs`` is None when no sub-env ended.
+    """
+    raw_mask = info.get("_final_obs")
+    if raw_mask is None:
+        return np.zeros(n_envs, dtype=bool), None
+    mask = np.asarray(raw_mask, dtype=bool)
+    if not mask.any():
+        return mask, None
+    raw = info["final_obs"]
+    if isinstance(raw, np.ndarray) and raw.dtype != object:
+        return mask, raw
+    first = np.asarray(raw[int(np.flatnonzero(mask)[0])])
+    out = np.zeros((n_envs, *first.shape), dtype=first.dtype)
+    for i in np.flatnonzero(mask):
+        out[i] = raw[i]
+    return mask, out
