@@ -95,6 +95,8 @@ _TRIAL_COLUMNS: dict[str, str] = {
     "seed": "int",
     "budget": "int",
     "threads": "int",
+    "n_eval_episodes": "int",
+    "eval_freq": "int",
     "config": "json",
     "config_hash": "text",
     "status": "text",
@@ -107,12 +109,15 @@ _TRIAL_COLUMNS: dict[str, str] = {
     "eval_time_s": "real",
     "steps_per_second": "real",
     "peak_rss_mb": "real",
+    "baseline_rss_mb": "real",
     "final_eval_mean": "real",
     "final_eval_std": "real",
     "provenance": "json",
     "started_at": "text",
     "ended_at": "text",
     "model_path": "text",
+    "suite_version": "text",
+    "format": "int",
 }
 _REQUIRED: frozenset[str] = frozenset({"key", "algo", "env_id", "seed", "status"})
 _JSON_DEFAULTS: dict[str, Any] = {"env_kwargs": {}, "config": {}, "provenance": {}}

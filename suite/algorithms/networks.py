@@ -1,0 +1,320 @@
+"""Policy and value networks shared by every algorithm of the suite.
+
+One :class:`ActorCritic` module covers the MLP (vector observations) and Nature-CNN (Atari frames) cases,
+with a pluggable action head (categorical, diagonal Gaussian, Beta). Distributions are computed with plain
+tensor ops rather than ``torch.distributions`` objects: building a distribution object per call costs more
+than the maths on the tiny batches of classic-control envs, and the rollout hot path calls it every step.
+
+Shapes: ``B`` is a batch of observations, ``A`` the action dimension (continuous) or 1 (discrete),
+``H`` the number of value heads (1 except for value ensembles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Network shape options, read from an algorithm config."""
+
+    pi_arch: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the policy MLP (ignored before the CNN's linear head: SB3 CnnPolicy uses none)."""
+    vf_arch: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the value MLP."""
+    activation: str = "tanh"
+    """``tanh`` or ``relu``."""
+    ortho_init: bool = True
+    """Orthogonal init with SB3's gains (sqrt 2 hidden, 0.01 policy head, 1 value head)."""
+    log_std_init: float = 0.0
+    """Initial state-independent log std of the Gaussian head."""
+    action_dist: str = "auto"
+    """``auto`` (categorical for discrete, Gaussian for boxes), ``gaussian`` or ``beta`` (boxes only)."""
+    n_value_heads: int = 1
+    """Value heads on the shared value trunk (an ensemble for variance estimates); 0 = no critic."""
+    normalize_obs: bool = False
+    """Running mean/std observation normalisation (clip 10), like SB3's VecNormalize."""
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class RunningMeanStd(nn.Module):
+    """Running mean and variance (parallel algorithm of Chan et al.), kept as buffers so they are saved."""
+
+    def __init__(self, shape: tuple[int, ...], epsilon: float = 1e-4):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch ``x: (B, *shape)`` into the statistics."""
+        x = x.to(torch.float64)
+        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta = b_mean - self.mean
+        tot = self.count + b_count
+        self.mean += delta * b_count / tot
+        m2 = self.var * self.count + b_var * b_count + delta.square() * self.count * b_count / tot
+        self.var.copy_(m2 / tot)
+        self.count.copy_(tot)
+
+    def normalize(self, x: torch.Tensor, clip: float = 10.0) -> torch.Tensor:
+        std = torch.sqrt(self.var + 1e-8)
+        return torch.clamp((x - self.mean) / std, -clip, clip).to(torch.float32)
+
+
+def mlp(sizes: list[int], activation: type[nn.Module], ortho: bool, out_gain: float) -> nn.Sequential:
+    """Linear layers ``sizes[0] -> ... -> sizes[-1]`` with ``activation`` between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        lin = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        if ortho:
+            nn.init.orthogonal_(lin.weight, gain=out_gain if last else math.sqrt(2))
+            nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015 trunk; input uint8 frames ``(B, C, 84, 84)``, output ``(B, 512)``."""
+
+    def __init__(self, in_channels: int, ortho: bool = True):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
+        )
+        if ortho:
+            for m in self.net:
+                if isinstance(m, nn.Conv2d | nn.Linear):
+                    nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.float() / 255.0)
+
+
+class ActionHead:
+    """Interprets the policy network's raw output ``params: (B, P)`` as a distribution over actions."""
+
+    n_params: int
+
+    def sample(self, params: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def mode(self, params: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, params: torch.Tensor, extra: torch.Tensor | None, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` log-probabilities (summed over action dimensions)."""
+        raise NotImplementedError
+
+    def entropy(self, params: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        """Map sampled actions to what the env accepts (clipping, rescaling)."""
+        return actions
+
+
+class CategoricalHead(ActionHead):
+    def __init__(self, n: int):
+        self.n_params = n
+
+    def sample(self, params, extra):
+        # Gumbel-max: one fused op, same distribution as multinomial, reproducible under the global seed.
+        u = torch.rand_like(params).clamp_(1e-20, 1.0)
+        return torch.argmax(params - torch.log(-torch.log(u)), dim=-1)
+
+    def mode(self, params, extra):
+        return torch.argmax(params, dim=-1)
+
+    def log_prob(self, params, extra, actions):
+        logp = F.log_softmax(params, dim=-1)
+        return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, params, extra):
+        logp = F.log_softmax(params, dim=-1)
+        return -(logp.exp() * logp).sum(-1)
+
+    def log_probs_all(self, params: torch.Tensor) -> torch.Tensor:
+        """``(B, n)`` log-probabilities of every action (exact KL/JS for categorical policies)."""
+        return F.log_softmax(params, dim=-1)
+
+
+class GaussianHead(ActionHead):
+    """Diagonal Gaussian with a state-independent log std (``extra``); env actions clipped to the bounds."""
+
+    def __init__(self, dim: int, low: np.ndarray, high: np.ndarray):
+        self.n_params = dim
+        self.low, self.high = low, high
+
+    def sample(self, params, extra):
+        return params + torch.randn_like(params) * extra.exp()
+
+    def mode(self, params, extra):
+        return params
+
+    def log_prob(self, params, extra, actions):
+        z = (actions - params) * torch.exp(-extra)
+        return (-0.5 * z.square() - extra - 0.5 * LOG_2PI).sum(-1)
+
+    def entropy(self, params, extra):
+        return (0.5 + 0.5 * LOG_2PI + extra).sum(-1).expand(params.shape[0])
+
+    def to_env(self, actions):
+        return np.clip(actions, self.low, self.high)
+
+
+class BetaHead(ActionHead):
+    """Beta policy for bounded actions (Chou et al. 2017): alpha, beta = 1 + softplus(.), samples in [0, 1]
+    rescaled to the action bounds, so no probability mass is wasted outside them."""
+
+    def __init__(self, dim: int, low: np.ndarray, high: np.ndarray):
+        self.n_params = 2 * dim
+        self.dim = dim
+        self.low, self.high = low, high
+
+    def _ab(self, params):
+        ab = 1.0 + F.softplus(params)
+        return ab[..., : self.dim], ab[..., self.dim :]
+
+    def _dist(self, params):
+        a, b = self._ab(params)
+        return torch.distributions.Beta(a, b)
+
+    def sample(self, params, extra):
+        return self._dist(params).sample().clamp(1e-6, 1 - 1e-6)
+
+    def mode(self, params, extra):
+        a, b = self._ab(params)
+        return a / (a + b)  # the mean: well defined for every alpha, beta > 1
+
+    def log_prob(self, params, extra, actions):
+        return self._dist(params).log_prob(actions.clamp(1e-6, 1 - 1e-6)).sum(-1)
+
+    def entropy(self, params, extra):
+        return self._dist(params).entropy().sum(-1)
+
+    def to_env(self, actions):
+        return self.low + (self.high - self.low) * actions
+
+
+def make_head(action_space: gym.Space, kind: str) -> ActionHead:
+    if isinstance(action_space, gym.spaces.Discrete):
+        if kind not in ("auto", "categorical"):
+            raise ValueError(f"action_dist {kind!r} needs a continuous action space")
+        return CategoricalHead(int(action_space.n))
+    assert isinstance(action_space, gym.spaces.Box)
+    dim = int(np.prod(action_space.shape))
+    if kind in ("auto", "gaussian"):
+        return GaussianHead(dim, action_space.low, action_space.high)
+    if kind == "beta":
+        return BetaHead(dim, action_space.low, action_space.high)
+    raise ValueError(f"unknown action_dist {kind!r}; allowed: auto, gaussian, beta")
+
+
+class ActorCritic(nn.Module):
+    """Policy (and optional value heads) for one observation/action space pair.
+
+    Vector observations: separate policy and value MLPs (SB3's MlpPolicy default). Image observations:
+    one Nature-CNN trunk shared by a linear policy head and a linear value head (SB3's CnnPolicy).
+    """
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.image = len(obs_space.shape) == 3
+        self.head = make_head(action_space, cfg.action_dist)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_shape: tuple[int, ...] = () if self.discrete else tuple(action_space.shape)
+        act = ACTIVATIONS[cfg.activation]
+        n_heads = cfg.n_value_heads
+        if self.image:
+            self.trunk: nn.Module = NatureCNN(obs_space.shape[0], cfg.ortho_init)
+            feat = 512
+            self.pi = mlp([feat, *cfg.pi_arch, self.head.n_params], act, cfg.ortho_init, 0.01)
+            self.vf = mlp([feat, *cfg.vf_arch, n_heads], act, cfg.ortho_init, 1.0) if n_heads else None
+        else:
+            self.trunk = nn.Identity()
+            feat = int(np.prod(obs_space.shape))
+            self.pi = mlp([feat, *cfg.pi_arch, self.head.n_params], act, cfg.ortho_init, 0.01)
+            self.vf = mlp([feat, *cfg.vf_arch, n_heads], act, cfg.ortho_init, 1.0) if n_heads else None
+        self.log_std = nn.Parameter(torch.full((self.head.n_params,), cfg.log_std_init))
+        self.log_std.requires_grad_(isinstance(self.head, GaussianHead))
+        self.obs_rms = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_obs and not self.image else None
+
+    # -- observation handling ---------------------------------------------------------------------------
+    def prepare_obs(self, obs: np.ndarray, update_stats: bool = False) -> torch.Tensor:
+        """Raw env observations ``(B, *obs_shape)`` to the network's input (normalised when enabled)."""
+        x = torch.as_tensor(obs)
+        if self.image:
+            return x
+        x = x.float().reshape(x.shape[0], -1) if x.dim() > 2 else x.float()
+        if self.obs_rms is not None:
+            if update_stats:
+                self.obs_rms.update(x)
+            x = self.obs_rms.normalize(x)
+        return x
+
+    # -- forward pieces --------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x: (B, F)`` prepared observations -> (policy params ``(B, P)``, values ``(B, H)`` or None)."""
+        f = self.trunk(x)
+        return self.pi(f), (self.vf(f) if self.vf is not None else None)
+
+    def policy_params(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pi(self.trunk(x))
+
+    def values(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, H)`` value estimates of every head."""
+        assert self.vf is not None, "this policy has no critic"
+        return self.vf(self.trunk(x))
+
+    @torch.no_grad()
+    def act(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Sample actions for a batch: (actions, log-probs ``(B,)``, values ``(B, H)`` or None)."""
+        params, values = self.forward(x)
+        actions = self.head.sample(params, self.log_std)
+        return actions, self.head.log_prob(params, self.log_std, actions), values
+
+    def evaluate_actions(
+        self, x: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(log-probs ``(B,)``, entropy ``(B,)``, values ``(B, H)`` or None, policy params ``(B, P)``)."""
+        params, values = self.forward(x)
+        return (
+            self.head.log_prob(params, self.log_std, actions),
+            self.head.entropy(params, self.log_std),
+            values,
+            params,
+        )
+
+    @torch.no_grad()
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Env-ready actions for raw observations ``(B, *obs_shape)``; the suite's evaluation entry point."""
+        x = self.prepare_obs(obs)
+        params = self.policy_params(x)
+        a = self.head.mode(params, self.log_std) if deterministic else self.head.sample(params, self.log_std)
+        return self.head.to_env(a.numpy())

@@ -1,0 +1,247 @@
+"""Studies: a TOML file naming algorithms x envs x seeds, with step budgets per tier.
+
+A study file (see ``suite/studies/*.toml``)::
+
+    name = "default"
+    description = "..."
+    tier = "quick"                       # default tier; --tier overrides
+    seeds = "0-2"                        # or a list [0, 1, 2]
+    n_eval_episodes = 10
+    algos = ["*"]                        # "*" = every registered algorithm that can run on the env
+    envs = ["CartPole-v1", { id = "TextMatch-v0", kwargs = { language = "code", target = "12345" } }]
+
+    [overrides]                          # optional: per-algorithm hyperparameter overrides
+    ppo = { n_epochs = 10 }
+
+    [budgets.quick]                      # optional: replaces suite/data/tiers.toml for this study
+    "CartPole-v1" = 100000
+
+Budgets come from ``suite/data/tiers.toml`` unless the study gives its own: per tier and env, a number or
+a table ``{ default = N, <algo> = M }`` for algorithms whose reference budget differs (the zoo trains
+DQN on CartPole for 5e4 steps, A2C for 5e5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from suite.config import load_toml
+from suite.envs import get_env_spec
+from suite.errors import UserError
+from suite.registry import get_algorithm, list_algorithms
+from suite.trial import TrialSpec
+
+TIERS = ("smoke", "quick", "standard", "paper")
+STUDY_KEYS = {"name", "description", "tier", "seeds", "n_eval_episodes", "algos", "envs", "overrides", "budgets",
+              "threads", "eval_freq"}  # fmt: skip
+
+
+def parse_seeds(text: str | Sequence[int]) -> list[int]:
+    """``"0-4"`` -> [0..4]; ``"0,3"`` -> [0, 3]; ``"0-2,7"`` -> [0, 1, 2, 7]; a list passes through.
+
+    Raises:
+        UserError: malformed spec, negative seeds or an empty range.
+    """
+    if not isinstance(text, str):
+        seeds = list(text)
+        if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            raise UserError(f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+        return seeds
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UserError(f"bad seed spec {text!r}; use e.g. 0-4, 0,3 or 0-2,7 (integers >= 0)")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise UserError(f"bad seed range {part!r} in {text!r}: the end is below the start")
+        out.extend(range(lo, hi + 1))
+    return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One env of a study: a suite env id and its kwargs."""
+
+    id: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A parsed study file."""
+
+    name: str
+    """Study name (results are grouped by it)."""
+    description: str
+    """What the study is for."""
+    tier: str
+    """Default budget tier."""
+    seeds: tuple[int, ...]
+    """Trial seeds."""
+    algos: tuple[str, ...]
+    """Algorithm ids, or ``*`` for every registered one that fits each env."""
+    envs: tuple[EnvEntry, ...]
+    """Envs with kwargs."""
+    budgets: Mapping[str, Any]
+    """tier -> env id -> steps or {default, algo: steps}."""
+    overrides: Mapping[str, Mapping[str, Any]]
+    """algo id -> hyperparameter overrides."""
+    n_eval_episodes: int = 10
+    """Episodes per evaluation."""
+    threads: int = 1
+    """torch threads per trial."""
+    eval_freq: int = 0
+    """Env steps between evaluations (0: a tenth of the budget)."""
+    path: str | None = None
+    """Where it was read from."""
+
+    def budget(self, tier: str, env_id: str, algo: str) -> int:
+        """Step budget of ``algo`` on ``env_id`` at ``tier``."""
+        table = self.budgets.get(tier)
+        if table is None:
+            raise UserError(f"study {self.name!r} has no budgets for tier {tier!r}; tiers: {', '.join(TIERS)}")
+        entry = table.get(env_id)
+        if entry is None:
+            raise UserError(f"no {tier!r} budget for {env_id} in study {self.name!r} or suite/data/tiers.toml")
+        if isinstance(entry, Mapping):
+            return int(entry.get(algo, entry["default"]))
+        return int(entry)
+
+    def trials(
+        self,
+        *,
+        tier: str | None = None,
+        algos: Sequence[str] | None = None,
+        envs: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
+        steps: int | None = None,
+        overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        threads: int | None = None,
+    ) -> list[TrialSpec]:
+        """Expand into trial specs; CLI filters (``--algo``/``--env``) narrow, ``--seeds``/``--steps`` replace."""
+        tier = tier or self.tier
+        if tier not in TIERS:
+            raise UserError(f"unknown tier {tier!r}; allowed: {', '.join(TIERS)}")
+        env_entries = list(self.envs)
+        if envs:
+            for e in envs:
+                get_env_spec(e)
+            env_entries = [x for x in env_entries if x.id in envs] or [EnvEntry(e) for e in envs]
+        out: list[TrialSpec] = []
+        for entry in env_entries:
+            env = get_env_spec(entry.id)
+            names = self._algos_for(env.action_space, env.observation, algos)
+            for algo in names:
+                budget = steps or self.budget(tier, entry.id, algo)
+                ov = dict(self.overrides.get(algo, {}))
+                ov.update((overrides or {}).get("*", {}))
+                ov.update((overrides or {}).get(algo, {}))
+                for seed in seeds or self.seeds:
+                    out.append(
+                        TrialSpec(
+                            algo=algo,
+                            env_id=entry.id,
+                            seed=seed,
+                            total_timesteps=budget,
+                            overrides=ov,
+                            env_kwargs=dict(entry.kwargs),
+                            threads=threads or self.threads,
+                            n_eval_episodes=self.n_eval_episodes,
+                            eval_freq=self.eval_freq,
+                            study=self.name,
+                        )
+                    )
+        return out
+
+    def _algos_for(self, action_space: str, observation: str, filt: Sequence[str] | None) -> list[str]:
+        requested = [get_algorithm(a).id for a in filt] if filt else None
+        wanted = list(self.algos)
+        if "*" in wanted:
+            pool = [a.id for a in list_algorithms() if a.supports(action_space, observation)]
+        else:
+            pool = [get_algorithm(a).id for a in wanted]
+            pool = [a for a in pool if get_algorithm(a).supports(action_space, observation)]
+        if requested is not None:
+            # An explicit --algo runs even outside the study's list; incompatibility errors come later.
+            pool = [a for a in requested if a in pool] or [
+                a for a in requested if get_algorithm(a).supports(action_space, observation)
+            ]
+        return pool
+
+
+def default_tiers() -> dict[str, Any]:
+    return load_toml(resources.files("suite") / "data" / "tiers.toml")  # type: ignore[arg-type]
+
+
+def list_studies() -> list[str]:
+    """Names of the studies shipped with the suite."""
+    return sorted(p.name[:-5] for p in (resources.files("suite") / "studies").iterdir() if p.name.endswith(".toml"))
+
+
+def load_study(name_or_path: str) -> Study:
+    """A packaged study by name, or a TOML file by path. Unknown name or bad file: UserError."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        candidate = resources.files("suite") / "studies" / f"{name_or_path}.toml"
+        if not candidate.is_file():
+            raise UserError(f"unknown study {name_or_path!r}; shipped studies: {', '.join(list_studies())} (or a path)")
+        path = Path(str(candidate))
+    data = load_toml(path)
+    return parse_study(data, default_name=path.stem, path=str(path))
+
+
+def parse_study(data: Mapping[str, Any], *, default_name: str = "adhoc", path: str | None = None) -> Study:
+    where = path or default_name
+    unknown = set(data) - STUDY_KEYS
+    if unknown:
+        raise UserError(f"{where}: unknown study keys {sorted(unknown)}; allowed: {', '.join(sorted(STUDY_KEYS))}")
+    tier = data.get("tier", "quick")
+    if tier not in TIERS:
+        raise UserError(f"{where}: unknown tier {tier!r}; allowed: {', '.join(TIERS)}")
+    algos = data.get("algos", ["*"])
+    if isinstance(algos, str):
+        algos = [algos]
+    for a in algos:
+        if a != "*":
+            get_algorithm(a)
+    envs: list[EnvEntry] = []
+    for e in data.get("envs", []):
+        if isinstance(e, str):
+            envs.append(EnvEntry(e))
+        elif isinstance(e, Mapping) and "id" in e:
+            envs.append(EnvEntry(str(e["id"]), dict(e.get("kwargs", {}))))
+        else:
+            raise UserError(f"{where}: an env entry is an id or {{ id = ..., kwargs = {{...}} }}, got {e!r}")
+        get_env_spec(envs[-1].id)
+    if not envs:
+        raise UserError(f"{where}: a study needs at least one env")
+    budgets = default_tiers()
+    for t, table in data.get("budgets", {}).items():
+        if t not in TIERS:
+            raise UserError(f"{where}: unknown tier {t!r} in budgets; allowed: {', '.join(TIERS)}")
+        budgets = {**budgets, t: {**budgets.get(t, {}), **table}}
+    overrides = data.get("overrides", {})
+    for a in overrides:
+        get_algorithm(a)
+    return Study(
+        name=str(data.get("name", default_name)),
+        description=str(data.get("description", "")),
+        tier=tier,
+        seeds=tuple(parse_seeds(data.get("seeds", "0-2"))),
+        algos=tuple(algos),
+        envs=tuple(envs),
+        budgets=budgets,
+        overrides=overrides,
+        n_eval_episodes=int(data.get("n_eval_episodes", 10)),
+        threads=int(data.get("threads", 1)),
+        eval_freq=int(data.get("eval_freq", 0)),
+        path=path,
+    )

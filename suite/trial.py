@@ -1,0 +1,435 @@
+"""A trial: one algorithm trained on one env with one seed and budget, measured and recorded.
+
+A trial is a pure function of (algorithm id + version, resolved config, env id + kwargs, seed, budget,
+torch threads): :func:`run_trial` seeds Python, numpy, torch, every env and action space, fixes torch's
+thread count, trains, evaluates on seeds disjoint from the training seeds, and returns a record (a plain
+dict, the schema :mod:`suite.store` persists). Failures are data: an exception gives status ``failed``
+with its traceback, a NaN/inf gives ``diverged``; neither escapes.
+
+Seed layout (disjoint by construction):
+    training env resets:  seed * 10_000 + k for sub-env k (PPO family), or draws in [0, 2**30) from
+                          ``ctx.seed_rng`` (algorithms that reset per group, like GRPO);
+    evaluation episodes:  2**30 + seed * 1_000 + i for episode i, identical for every algorithm, so two
+                          algorithms with the same trial seed are evaluated from the same start states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import resource
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from suite import __version__
+from suite.config import config_to_dict, stable_hash
+from suite.envs import env_label, finished_episodes, get_env_spec, make_vec_env, resolve_env_kwargs
+from suite.errors import UserError
+from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
+
+TRAIN_SEED_STRIDE = 10_000
+EVAL_SEED_BASE = 2**30
+EVAL_SEED_STRIDE = 1_000
+RECORD_FORMAT = 1
+
+
+class Agent(Protocol):
+    """What an algorithm's ``train`` returns: something that acts and can be saved."""
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Env-ready actions ``(B, *action_shape)`` for raw observations ``(B, *obs_shape)``."""
+        ...
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What the user asks for; :meth:`resolve` validates it and fills in every default."""
+
+    algo: str
+    """Registry id or alias."""
+    env_id: str
+    """Suite env id (``suite list`` shows them)."""
+    seed: int
+    """Trial seed (>= 0)."""
+    total_timesteps: int
+    """Env-step budget; on-policy algorithms stop at the first rollout boundary at or past it."""
+    overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Hyperparameter overrides applied over the per-env defaults."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Env options (e.g. TextMatch ``language``/``target``)."""
+    threads: int = 1
+    """torch intra-op threads; bitwise reproducibility needs the same count."""
+    n_eval_episodes: int = 10
+    """Deterministic-policy episodes per evaluation."""
+    eval_freq: int = 0
+    """Env steps between periodic evaluations; 0 = a tenth of the budget."""
+    study: str | None = None
+    """Study name, for grouping in the results database."""
+
+    def resolve(self) -> ResolvedTrial:
+        if self.seed < 0:
+            raise UserError(f"seed must be >= 0, got {self.seed}")
+        if self.total_timesteps < 1:
+            raise UserError(f"the step budget must be >= 1, got {self.total_timesteps}")
+        if self.threads < 1:
+            raise UserError(f"threads must be >= 1, got {self.threads}")
+        if self.n_eval_episodes < 1:
+            raise UserError(f"n_eval_episodes must be >= 1, got {self.n_eval_episodes}")
+        algo = get_algorithm(self.algo)
+        get_env_spec(self.env_id)
+        check_compatible(algo, self.env_id)
+        env_kwargs = resolve_env_kwargs(self.env_id, dict(self.env_kwargs))
+        config = algo.make_config(self.env_id, dict(self.overrides))
+        config_dict = config_to_dict(config)
+        config_hash = stable_hash(config_dict)
+        eval_freq = self.eval_freq or max(self.total_timesteps // 10, 1)
+        identity = {
+            "algo": algo.id,
+            "algo_version": algo.version,
+            "env_id": self.env_id,
+            "env_kwargs": env_kwargs,
+            "seed": self.seed,
+            "budget": self.total_timesteps,
+            "config_hash": config_hash,
+            "threads": self.threads,
+            "n_eval_episodes": self.n_eval_episodes,
+            "eval_freq": eval_freq,
+        }
+        return ResolvedTrial(
+            spec=self,
+            algo=algo,
+            config=config,
+            config_dict=config_dict,
+            config_hash=config_hash,
+            env_kwargs=env_kwargs,
+            eval_freq=eval_freq,
+            key=stable_hash(identity, 64),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedTrial:
+    """A validated trial with its resolved config and its identity key."""
+
+    spec: TrialSpec
+    algo: AlgorithmSpec
+    config: Any
+    config_dict: dict[str, Any]
+    config_hash: str
+    env_kwargs: dict[str, Any]
+    eval_freq: int
+    key: str
+    """SHA-256 over (algo, version, env, env kwargs, seed, budget, config hash, threads, eval protocol)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.algo.id}/{env_label(self.spec.env_id, self.env_kwargs)}/seed{self.spec.seed}"
+
+
+def eval_seeds(seed: int, n_episodes: int) -> list[int]:
+    """The reset seeds of a trial's evaluation episodes (the same for every algorithm)."""
+    return [EVAL_SEED_BASE + seed * EVAL_SEED_STRIDE + i for i in range(n_episodes)]
+
+
+def evaluate_policy(
+    predict: Callable[[np.ndarray], np.ndarray], env_id: str, env_kwargs: Mapping[str, Any], seeds: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run one episode per seed, all in one vector env (one policy call per step for all of them).
+
+    Returns:
+        ``(returns (E,), lengths (E,))``: raw episode scores (Atari: the game score) and lengths.
+    """
+    n = len(seeds)
+    envs = make_vec_env(env_id, n, training=False, env_kwargs=dict(env_kwargs), vectorization="sync")
+    try:
+        obs, _ = envs.reset(seed=list(seeds))
+        returns = np.full(n, np.nan)
+        lengths = np.zeros(n, dtype=np.int64)
+        done = np.zeros(n, dtype=bool)
+        while not done.all():
+            obs, _, _, _, info = envs.step(predict(obs))
+            mask, ret, length = finished_episodes(info, n)
+            new = mask & ~done
+            returns[new], lengths[new] = ret[new], length[new]
+            done |= mask
+        return returns, lengths
+    finally:
+        envs.close()
+
+
+class TrialContext:
+    """What an algorithm sees of the trial: env construction, seeds, the clock and the recorder."""
+
+    def __init__(self, resolved: ResolvedTrial, progress: Callable[[int], None] | None = None):
+        spec = resolved.spec
+        self.resolved = resolved
+        self.env_id = spec.env_id
+        self.env_spec = get_env_spec(spec.env_id)
+        self.env_kwargs = resolved.env_kwargs
+        self.seed = spec.seed
+        self.total_timesteps = spec.total_timesteps
+        self.train_seed = spec.seed * TRAIN_SEED_STRIDE
+        """Reset seed of sub-env 0 (sub-env k gets ``train_seed + k``)."""
+        self.seed_rng = np.random.default_rng(spec.seed)
+        """Generator for algorithms that need fresh reset seeds (draw in [0, 2**30))."""
+        self.steps = 0
+        """Env steps taken so far (algorithms advance it)."""
+        self.curve_step: list[int] = []
+        self.curve_return: list[float] = []
+        self.curve_length: list[int] = []
+        self.evals: list[dict[str, Any]] = []
+        self.updates: list[dict[str, float]] = []
+        self.times: dict[str, float] = {"rollout": 0.0, "update": 0.0, "eval": 0.0}
+        self._envs: list[Any] = []
+        self._next_eval = resolved.eval_freq
+        self._progress = progress
+        self._eval_seeds = eval_seeds(spec.seed, spec.n_eval_episodes)
+
+    # -- envs ----------------------------------------------------------------------------------------------
+    def make_envs(self, n_envs: int, **kwargs: Any) -> Any:
+        """Training envs for this trial (closed by the runner). kwargs go to :func:`suite.envs.make_vec_env`."""
+        kwargs.setdefault("env_kwargs", dict(self.env_kwargs))
+        envs = make_vec_env(self.env_id, n_envs, **kwargs)
+        self._envs.append(envs)
+        return envs
+
+    def draw_seeds(self, k: int) -> np.ndarray:
+        """``k`` fresh training reset seeds from the trial's stream (disjoint from evaluation seeds)."""
+        return self.seed_rng.integers(0, EVAL_SEED_BASE, size=k)
+
+    # -- recording -----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def timer(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+    def record_episodes(self, step: int, returns: np.ndarray, lengths: np.ndarray) -> None:
+        """Finished training episodes (raw score) ending at global env step ``step``."""
+        n = len(returns)
+        self.curve_step.extend([int(step)] * n)
+        self.curve_return.extend(float(r) for r in returns)
+        self.curve_length.extend(int(x) for x in lengths)
+
+    def record_update(self, metrics: Mapping[str, float]) -> None:
+        row = {"update": len(self.updates) + 1, "step": self.steps}
+        row.update({k: float(v) for k, v in metrics.items()})
+        self.updates.append(row)
+
+    def after_iteration(self, agent: Agent) -> None:
+        """Call after each rollout+update: runs the periodic evaluation when its step has come."""
+        if self.steps >= self._next_eval and self.steps < self.total_timesteps:
+            self.evaluate(agent, final=False)
+            freq = self.resolved.eval_freq
+            self._next_eval = (self.steps // freq + 1) * freq
+        if self._progress is not None:
+            self._progress(self.steps)
+
+    def evaluate(self, agent: Agent, final: bool) -> dict[str, Any]:
+        with self.timer("eval"):
+            returns, lengths = evaluate_policy(
+                lambda o: agent.predict(o, deterministic=True), self.env_id, self.env_kwargs, self._eval_seeds
+            )
+        row = {"step": self.steps, "final": final, "returns": returns.tolist(), "lengths": lengths.tolist()}
+        self.evals.append(row)
+        return row
+
+    def close(self) -> None:
+        for envs in self._envs:
+            with contextlib.suppress(Exception):
+                envs.close()
+        self._envs.clear()
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    """Seed Python, numpy and torch and fix torch's thread count (bitwise reproducibility needs both)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+
+
+def _peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux; the trial runs in its own process, so this is the trial's peak.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _current_rss_mb() -> float:
+    import psutil
+
+    return psutil.Process(os.getpid()).memory_info().rss / 2**20
+
+
+def save_model(path: Path, agent: Agent, resolved: ResolvedTrial) -> None:
+    """Plain tensors + resolved config, loadable with ``torch.load(..., weights_only=True)``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": RECORD_FORMAT,
+        "algo": resolved.algo.id,
+        "algo_version": resolved.algo.version,
+        "env_id": resolved.spec.env_id,
+        "env_kwargs": dict(resolved.env_kwargs),
+        "seed": resolved.spec.seed,
+        "config": resolved.config_dict,
+        "state_dict": {k: v.detach().cpu().clone() for k, v in agent.state_dict().items()},
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_policy(path: str | Path) -> tuple[Any, dict[str, Any]]:
+    """Rebuild a saved policy (``torch.load(weights_only=True)``: plain tensors only) and return it with the
+    saved payload (algo, env, config). A file that is not a suite policy is a UserError."""
+    try:
+        payload = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"no such model file: {path}") from None
+    except Exception as exc:  # noqa: BLE001  (any unpickling error means: not our file)
+        raise UserError(f"{path} is not a saved suite policy ({type(exc).__name__})") from None
+    if not isinstance(payload, dict) or "state_dict" not in payload or "algo" not in payload:
+        raise UserError(f"{path} is not a saved suite policy")
+    algo = get_algorithm(payload["algo"])
+    if algo.policy_factory is None:
+        raise UserError(f"{algo.id} policies cannot be rebuilt for re-evaluation")
+    cfg = algo.make_config(payload["env_id"], payload["config"])
+    envs = make_vec_env(payload["env_id"], 1, training=False, env_kwargs=payload["env_kwargs"], vectorization="sync")
+    try:
+        policy = algo.policy_factory(envs.single_observation_space, envs.single_action_space, cfg)
+    finally:
+        envs.close()
+    policy.load_state_dict(payload["state_dict"])
+    policy.eval()
+    return policy, payload
+
+
+def run_trial(
+    resolved: ResolvedTrial,
+    *,
+    models_dir: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial."""
+    from suite.algorithms.core import Diverged
+    from suite.provenance import utc_now_iso
+
+    spec = resolved.spec
+    started = utc_now_iso()
+    t0 = time.perf_counter()
+    seed_everything(spec.seed, spec.threads)
+    baseline_rss = _current_rss_mb()
+    ctx = TrialContext(resolved, progress)
+    status, error, tb, model_path = "ok", None, None, None
+    try:
+        agent = resolved.algo.train(ctx, resolved.config)
+        last = ctx.evals[-1] if ctx.evals else None
+        if last is not None and last["step"] == ctx.steps:
+            last["final"] = True  # the periodic evaluation already ran at the last step
+        else:
+            ctx.evaluate(agent, final=True)
+        if models_dir is not None:
+            model_path = Path(models_dir) / f"{resolved.key}.pt"
+            save_model(model_path, agent, resolved)
+    except Diverged as exc:
+        status, error, tb = "diverged", f"Diverged: {exc}", traceback.format_exc()
+    except Exception as exc:  # noqa: BLE001  (failures are data: record, never propagate)
+        status, error, tb = "failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()
+    finally:
+        ctx.close()
+    return _assemble(
+        resolved, ctx, status=status, error=error, tb=tb, wall=time.perf_counter() - t0, started=started,
+        model_path=model_path, baseline_rss=baseline_rss, peak_rss=_peak_rss_mb(),
+    )  # fmt: skip
+
+
+def failure_record(resolved: ResolvedTrial, error: str, wall_time_s: float = 0.0) -> dict[str, Any]:
+    """The record of a trial whose process died before it could report (crash, OOM kill)."""
+    from suite.provenance import utc_now_iso
+
+    ctx = TrialContext(resolved)
+    now = utc_now_iso()
+    return _assemble(
+        resolved, ctx, status="failed", error=error, tb=None, wall=wall_time_s, started=now,
+        model_path=None, baseline_rss=None, peak_rss=None,
+    )  # fmt: skip
+
+
+def _assemble(
+    resolved: ResolvedTrial,
+    ctx: TrialContext,
+    *,
+    status: str,
+    error: str | None,
+    tb: str | None,
+    wall: float,
+    started: str,
+    model_path: Path | None,
+    baseline_rss: float | None,
+    peak_rss: float | None,
+) -> dict[str, Any]:
+    from suite.provenance import collect_provenance, utc_now_iso
+
+    spec = resolved.spec
+    train_time = ctx.times["rollout"] + ctx.times["update"]
+    final = next((e for e in reversed(ctx.evals) if e["final"]), None)
+    final_returns = np.asarray(final["returns"]) if final else None
+    return {
+        "format": RECORD_FORMAT,
+        "key": resolved.key,
+        "study": spec.study,
+        "algo": resolved.algo.id,
+        "algo_version": resolved.algo.version,
+        "env_id": spec.env_id,
+        "env_kwargs": dict(resolved.env_kwargs),
+        "env_label": env_label(spec.env_id, resolved.env_kwargs),
+        "seed": spec.seed,
+        "budget": spec.total_timesteps,
+        "threads": spec.threads,
+        "n_eval_episodes": spec.n_eval_episodes,
+        "eval_freq": resolved.eval_freq,
+        "config": resolved.config_dict,
+        "config_hash": resolved.config_hash,
+        "status": status,
+        "error": error,
+        "traceback": tb,
+        "steps": ctx.steps,
+        "wall_time_s": wall,
+        "rollout_time_s": ctx.times["rollout"],
+        "update_time_s": ctx.times["update"],
+        "eval_time_s": ctx.times["eval"],
+        "steps_per_second": ctx.steps / train_time if train_time > 0 else 0.0,
+        "peak_rss_mb": peak_rss,
+        "baseline_rss_mb": baseline_rss,
+        "final_eval_mean": float(final_returns.mean()) if final_returns is not None else None,
+        "final_eval_std": float(final_returns.std()) if final_returns is not None else None,
+        "provenance": collect_provenance(spec.threads),
+        "suite_version": __version__,
+        "started_at": started,
+        "ended_at": utc_now_iso(),
+        "model_path": str(model_path) if model_path else None,
+        "curve": {"step": ctx.curve_step, "return": ctx.curve_return, "length": ctx.curve_length},
+        "evals": ctx.evals,
+        "updates": ctx.updates,
+    }
+
+
+def deterministic_view(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a record that must be identical when a trial is run twice (no clocks, no memory)."""
+    volatile = {
+        "wall_time_s", "rollout_time_s", "update_time_s", "eval_time_s", "steps_per_second", "peak_rss_mb",
+        "baseline_rss_mb", "provenance", "started_at", "ended_at", "model_path", "traceback",
+    }  # fmt: skip
+    out = {k: v for k, v in record.items() if k not in volatile}
+    return out
