@@ -1,0 +1,117 @@
+"""Per-environment reference numbers: sample-efficiency threshold, random-policy and reference scores.
+
+The numbers live in ``suite/data/envs.toml`` (STYLE.md: data in files, not in code), each with its source.
+Normalised score = ``(score - random_score) / (reference_score - random_score)``, so a uniformly random
+policy scores 0 and the reference agent scores 1 (Agarwal et al. 2021, "Deep RL at the Edge of the
+Statistical Precipice", Sec. 3, the usual human/random normalisation with a trained agent in place of the human).
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from suite.errors import UserError
+
+ENVS_DATA_FILE = "envs.toml"
+"""File name inside the ``suite.data`` package directory."""
+
+
+@dataclass(frozen=True)
+class EnvReference:
+    """Reference numbers of one environment (with its kwargs), as used by the statistics.
+
+    Attributes:
+        threshold: Sample-efficiency target; a run reaches it at the first evaluation whose mean return is >= it.
+        random_score: Expected return of a uniformly random policy (normalised score 0).
+        reference_score: Published trained-agent score (normalised score 1).
+        source: Where the three numbers come from, one clause each (``threshold: ...; random: ...; reference: ...``).
+        env_id: The environment id the numbers belong to.
+    """
+
+    threshold: float
+    """Sample-efficiency target in raw return units."""
+    random_score: float
+    """Expected return of a uniformly random policy."""
+    reference_score: float
+    """Published trained-agent return."""
+    source: str
+    """Sources of the three numbers."""
+    env_id: str = ""
+    """Environment id (key of ``envs.toml``)."""
+
+    def normalise(self, scores: np.ndarray | float) -> np.ndarray:
+        """Map raw returns to normalised scores: random policy -> 0, reference -> 1.
+
+        Args:
+            scores: Raw returns, any shape.
+
+        Returns:
+            Array of the same shape, ``(scores - random_score) / (reference_score - random_score)``.
+        """
+        return (np.asarray(scores, dtype=float) - self.random_score) / (self.reference_score - self.random_score)
+
+
+@functools.cache
+def _load_envs_data() -> Mapping[str, Any]:
+    """Parse ``suite/data/envs.toml`` once; returns the ``envs`` table keyed by env id."""
+    text = resources.files("suite").joinpath("data", ENVS_DATA_FILE).read_text(encoding="utf-8")
+    return tomllib.loads(text)["envs"]
+
+
+def known_env_ids() -> list[str]:
+    """Env ids that have reference data, sorted."""
+    return sorted(_load_envs_data())
+
+
+def _text_match_reference(entry: Mapping[str, Any], env_kwargs: Mapping[str, Any]) -> tuple[float, float, float]:
+    """Threshold, random score and reference score of ``TextMatch-v0`` for its kwargs (rules in ``envs.toml``)."""
+    rules = entry["text_match"]
+    language = env_kwargs.get("language", rules["default_language"])
+    sizes: Mapping[str, int] = rules["charset_sizes"]
+    if language not in sizes:
+        raise UserError(f"no TextMatch-v0 reference data for language {language!r}; allowed: {', '.join(sorted(sizes))}")
+    target = env_kwargs.get("target") or rules["default_targets"][language]
+    n, length = sizes[language], len(target)
+    match, mismatch = float(rules["match_reward"]), float(rules["mismatch_reward"])
+    maximum = length * match
+    random_score = length * (match / n + mismatch * (n - 1) / n)
+    return maximum - float(entry["threshold_from_max"]), random_score, maximum
+
+
+def env_reference(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvReference:
+    """Reference numbers for ``env_id`` built with ``env_kwargs``.
+
+    Args:
+        env_id: A gymnasium id with data in ``suite/data/envs.toml`` (e.g. ``"CartPole-v1"``, ``"ALE/Pong-v5"``).
+        env_kwargs: The kwargs the env was made with. Only ``TextMatch-v0`` uses them (``language``, ``target``);
+            other envs' numbers do not depend on kwargs such as ``frameskip``.
+
+    Returns:
+        The env's :class:`EnvReference`.
+
+    Raises:
+        UserError: no data for ``env_id`` (the message lists the ids that have data), or an unsupported
+            TextMatch language.
+    """
+    data = _load_envs_data()
+    if env_id not in data:
+        raise UserError(
+            f"no reference data for env {env_id!r} in suite/data/{ENVS_DATA_FILE}; known: {', '.join(sorted(data))}"
+        )
+    entry = data[env_id]
+    if "text_match" in entry:
+        threshold, random_score, reference_score = _text_match_reference(entry, env_kwargs or {})
+    else:
+        threshold, random_score = float(entry["threshold"]), float(entry["random_score"])
+        reference_score = float(entry["reference_score"])
+    source = (
+        f"threshold: {entry['threshold_source']}; random: {entry['random_source']}; reference: {entry['reference_source']}"
+    )
+    return EnvReference(threshold, random_score, reference_score, source, env_id)

@@ -1,0 +1,305 @@
+"""Final-score statistics with stratified bootstrap confidence intervals (rliable).
+
+Follows Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice"
+(NeurIPS, arXiv 2108.13264) and its library rliable (google-research/rliable, ``rliable/library.py`` and
+``rliable/metrics.py``): interquartile mean (IQM, the 25% trimmed mean over runs x tasks), optimality gap,
+performance profiles and probability of improvement, each with a 95% percentile stratified bootstrap CI.
+
+Shapes follow rliable: ``scores`` is ``(num_runs, num_tasks)``. Because failed or diverged trials are
+excluded, tasks may have different numbers of runs; functions here therefore take *per-task* 1-D arrays
+(``task_scores: list of (num_runs_m,)``), and the bootstrap resamples runs within each task independently,
+which is exactly rliable's stratified bootstrap (its ``StratifiedBootstrap`` on a rectangular matrix and its
+``StratifiedIndependentBootstrap`` on a list of arrays draw the same distribution).
+
+Determinism: rliable 1.2.0's bootstrap draws its indices with ``np.random.choice`` -- numpy's *global* RNG --
+even when ``random_state`` is given (``StratifiedBootstrap.update_indices``). Every bootstrap here therefore
+runs inside :func:`seeded_global_rng`, which seeds the global RNG and restores its previous state afterwards,
+with a seed derived from the caller's seed and the row's identity so one row's interval does not depend on
+which other rows are in the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import scipy.stats
+from rliable import library as rly
+from rliable import metrics as rly_metrics
+
+BOOTSTRAP_REPS = 50_000
+"""rliable's default number of bootstrap replications for ``get_interval_estimates``."""
+
+POI_REPS = 2_000
+"""rliable's default replications for probability of improvement and performance profiles."""
+
+CONFIDENCE = 0.95
+"""Coverage of every confidence interval."""
+
+Interval = tuple[float, float, float]
+"""``(point estimate, lower bound, upper bound)``."""
+
+
+@contextlib.contextmanager
+def seeded_global_rng(seed: int) -> Iterator[None]:
+    """Seed numpy's global RNG for the duration of the block, then restore its previous state.
+
+    Needed because rliable's bootstrap ignores ``random_state`` for its resampling indices (see module doc).
+
+    Args:
+        seed: Seed in ``[0, 2**32)``.
+    """
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def derive_seed(seed: int, *parts: str) -> int:
+    """A 32-bit seed from a base seed and identifying strings (e.g. algorithm and env label).
+
+    Stable across processes and Python versions (CRC32, not ``hash``).
+    """
+    entropy = [int(seed)] + [zlib.crc32(part.encode("utf-8")) for part in parts]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle 50% of all values (rliable ``aggregate_iqm``).
+
+    Args:
+        scores: Any shape, e.g. ``(num_runs,)`` or ``(num_runs, num_tasks)``; pooled over all entries.
+
+    Returns:
+        ``scipy.stats.trim_mean(scores, 0.25, axis=None)``: with n values, ``floor(n / 4)`` are cut from each end.
+    """
+    return float(scipy.stats.trim_mean(np.asarray(scores, dtype=float), proportiontocut=0.25, axis=None))
+
+
+def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
+    """Optimality gap: how far normalised scores fall short of ``gamma`` on average (rliable).
+
+    Args:
+        scores: Normalised scores, any shape; pooled over all entries.
+        gamma: Target; scores above it count as ``gamma``.
+
+    Returns:
+        ``gamma - mean(min(scores, gamma))``; 0 when every run reaches ``gamma``.
+    """
+    return float(rly_metrics.aggregate_optimality_gap(np.asarray(scores, dtype=float), gamma))
+
+
+def _interval_estimate(
+    args: Sequence[np.ndarray], func: Callable[..., np.ndarray], *, reps: int, seed: int, confidence: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run rliable's ``get_interval_estimates`` on ``func(*args)`` under a seeded global RNG.
+
+    Args:
+        args: One or more arrays resampled independently along axis 0 (runs).
+        func: Maps resampled ``*args`` to a 1-D array of k statistics.
+        reps: Bootstrap replications.
+        seed: Global RNG seed for this call.
+        confidence: CI coverage.
+
+    Returns:
+        ``(point (k,), lower (k,), upper (k,))``.
+    """
+    with seeded_global_rng(seed):
+        points, intervals = rly.get_interval_estimates({"x": list(args)}, func, reps=reps, confidence_interval_size=confidence)
+    interval = np.asarray(intervals["x"], dtype=float).reshape(2, -1)
+    return np.asarray(points["x"], dtype=float).reshape(-1), interval[0], interval[1]
+
+
+def _sorted_iqm(ordered: np.ndarray) -> float:
+    """IQM of an already sorted 1-D array: same cut as ``scipy.stats.trim_mean(x, 0.25)``, without its overhead.
+
+    The bootstrap calls this 50,000 times per row, so the sort is shared with the median.
+    """
+    cut = int(0.25 * ordered.size)
+    return float(ordered[cut : ordered.size - cut].mean())
+
+
+def _run_statistics(runs: np.ndarray) -> np.ndarray:
+    """``[mean, median, IQM]`` of a 1-D array of run scores."""
+    ordered = np.sort(runs.reshape(-1))
+    n = ordered.size
+    return np.array([ordered.mean(), 0.5 * (ordered[(n - 1) // 2] + ordered[n // 2]), _sorted_iqm(ordered)])
+
+
+def score_intervals(
+    runs: np.ndarray, *, reps: int = BOOTSTRAP_REPS, seed: int = 0, confidence: float = CONFIDENCE
+) -> dict[str, Interval]:
+    """Mean, median and IQM over runs of one (algorithm, env), each with a bootstrap CI over runs.
+
+    Args:
+        runs: Final scores, shape ``(num_runs,)``.
+        reps: Bootstrap replications (rliable default 50,000; tests use a few hundred).
+        seed: Global RNG seed; identical calls give identical intervals.
+        confidence: CI coverage.
+
+    Returns:
+        ``{"mean": (point, lo, hi), "median": ..., "iqm": ...}``; all NaN when ``runs`` is empty.
+        With a single run the interval collapses onto the point.
+    """
+    runs = np.asarray(runs, dtype=float).reshape(-1)
+    names = ("mean", "median", "iqm")
+    if runs.size == 0:
+        nan = float("nan")
+        return {name: (nan, nan, nan) for name in names}
+    point, lo, hi = _interval_estimate([runs], _run_statistics, reps=reps, seed=seed, confidence=confidence)
+    return {name: (float(point[i]), float(lo[i]), float(hi[i])) for i, name in enumerate(names)}
+
+
+def aggregate_intervals(
+    task_scores: Sequence[np.ndarray],
+    *,
+    gamma: float = 1.0,
+    reps: int = BOOTSTRAP_REPS,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> dict[str, Interval]:
+    """IQM and optimality gap of normalised scores across tasks, with stratified bootstrap CIs.
+
+    Args:
+        task_scores: One array of normalised run scores per task, shapes ``(num_runs_m,)``; runs are resampled
+            within each task (stratified bootstrap, Agarwal et al. 2021 Sec. 4). Both statistics pool all
+            runs of all tasks, as rliable's ``aggregate_iqm`` and ``aggregate_optimality_gap`` do on a matrix.
+        gamma: Optimality-gap target.
+        reps: Bootstrap replications.
+        seed: Global RNG seed.
+        confidence: CI coverage.
+
+    Returns:
+        ``{"iqm": (point, lo, hi), "optimality_gap": (point, lo, hi)}``; NaN when there is no score.
+    """
+    arrays = [np.asarray(a, dtype=float).reshape(-1) for a in task_scores if np.size(a) > 0]
+    if not arrays:
+        nan = float("nan")
+        return {"iqm": (nan, nan, nan), "optimality_gap": (nan, nan, nan)}
+
+    def func(*tasks: np.ndarray) -> np.ndarray:
+        pooled = np.sort(np.concatenate(tasks))
+        return np.array([_sorted_iqm(pooled), gamma - np.minimum(pooled, gamma).mean()])
+
+    point, lo, hi = _interval_estimate(arrays, func, reps=reps, seed=seed, confidence=confidence)
+    return {
+        "iqm": (float(point[0]), float(lo[0]), float(hi[0])),
+        "optimality_gap": (float(point[1]), float(lo[1]), float(hi[1])),
+    }
+
+
+def probability_of_improvement(x_tasks: Sequence[np.ndarray], y_tasks: Sequence[np.ndarray]) -> float:
+    """P(X > Y): probability that a random run of X beats a random run of Y on the same task, averaged over tasks.
+
+    Per task this is the Mann-Whitney U statistic divided by ``n_x * n_y`` (ties count one half), as in
+    rliable's ``metrics.probability_of_improvement``, which is called on each task.
+
+    Args:
+        x_tasks: Per-task run scores of X, shapes ``(num_runs_x_m,)``.
+        y_tasks: Per-task run scores of Y, same task order, shapes ``(num_runs_y_m,)``.
+
+    Returns:
+        The average over tasks, in ``[0, 1]``.
+    """
+    if len(x_tasks) != len(y_tasks) or not x_tasks:
+        raise ValueError(f"need the same non-zero number of tasks for X and Y, got {len(x_tasks)} and {len(y_tasks)}")
+    per_task = [
+        rly_metrics.probability_of_improvement(
+            np.asarray(x, dtype=float).reshape(-1, 1), np.asarray(y, dtype=float).reshape(-1, 1)
+        )
+        for x, y in zip(x_tasks, y_tasks, strict=True)
+    ]
+    return float(np.mean(per_task))
+
+
+def probability_of_improvement_interval(
+    x_tasks: Sequence[np.ndarray],
+    y_tasks: Sequence[np.ndarray],
+    *,
+    reps: int = POI_REPS,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> Interval:
+    """:func:`probability_of_improvement` with a stratified bootstrap CI (runs of X and Y resampled independently).
+
+    Args:
+        x_tasks: Per-task run scores of X, shapes ``(num_runs_x_m,)``.
+        y_tasks: Per-task run scores of Y, shapes ``(num_runs_y_m,)``.
+        reps: Bootstrap replications (rliable uses 2,000 for this metric).
+        seed: Global RNG seed.
+        confidence: CI coverage.
+
+    Returns:
+        ``(point, lo, hi)``.
+    """
+    args: list[np.ndarray] = []
+    for x, y in zip(x_tasks, y_tasks, strict=True):
+        args += [np.asarray(x, dtype=float).reshape(-1), np.asarray(y, dtype=float).reshape(-1)]
+
+    def func(*arrays: np.ndarray) -> np.ndarray:
+        return np.array([probability_of_improvement(arrays[0::2], arrays[1::2])])
+
+    point, lo, hi = _interval_estimate(args, func, reps=reps, seed=seed, confidence=confidence)
+    return float(point[0]), float(lo[0]), float(hi[0])
+
+
+def score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """Performance profile: fraction of all runs (pooled over tasks) whose normalised score exceeds each tau.
+
+    Same definition as rliable's ``run_score_deviation`` (strictly greater than tau).
+
+    Args:
+        scores: Normalised scores, any shape, pooled.
+        taus: Thresholds, shape ``(num_taus,)``.
+
+    Returns:
+        Shape ``(num_taus,)``, non-increasing in tau.
+    """
+    flat = np.asarray(scores, dtype=float).reshape(-1)
+    return (flat[None, :] > np.asarray(taus, dtype=float).reshape(-1, 1)).mean(axis=1)
+
+
+def performance_profile_intervals(
+    task_scores: Sequence[np.ndarray],
+    taus: np.ndarray,
+    *,
+    reps: int = POI_REPS,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Score-distribution performance profile with pointwise bootstrap CIs (Agarwal et al. 2021 Sec. 4.2).
+
+    When every task has the same number of runs this calls rliable's ``create_performance_profile`` on the
+    ``(num_runs, num_tasks)`` matrix; otherwise (failed runs excluded) it bootstraps the per-task arrays
+    with the same definition (:func:`score_distribution`), since rliable's profile needs a rectangular matrix.
+
+    Args:
+        task_scores: Per-task normalised run scores, shapes ``(num_runs_m,)``.
+        taus: Thresholds, shape ``(num_taus,)``.
+        reps: Bootstrap replications (rliable default 2,000).
+        seed: Global RNG seed.
+        confidence: CI coverage.
+
+    Returns:
+        ``(profile, lower, upper)``, each of shape ``(num_taus,)``; NaN when there is no score.
+    """
+    taus = np.asarray(taus, dtype=float).reshape(-1)
+    arrays = [np.asarray(a, dtype=float).reshape(-1) for a in task_scores if np.size(a) > 0]
+    if not arrays:
+        nan = np.full(taus.shape, np.nan)
+        return nan, nan.copy(), nan.copy()
+    if len({a.size for a in arrays}) == 1:
+        matrix = np.stack(arrays, axis=1)
+        with seeded_global_rng(seed):
+            profiles, cis = rly.create_performance_profile({"x": matrix}, taus, reps=reps, confidence_interval_size=confidence)
+        ci = np.asarray(cis["x"], dtype=float).reshape(2, -1)
+        return np.asarray(profiles["x"], dtype=float), ci[0], ci[1]
+
+    def func(*tasks: np.ndarray) -> np.ndarray:
+        return score_distribution(np.concatenate(tasks), taus)
+
+    return _interval_estimate(arrays, func, reps=reps, seed=seed, confidence=confidence)
