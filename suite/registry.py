@@ -42,8 +42,9 @@ class AlgorithmSpec:
     """Frozen dataclass of hyperparameters (SB3 names)."""
     train: TrainFn
     """``train(ctx, config) -> Agent``: runs the whole training loop inside a trial."""
-    hyperparams: str | None = None
-    """File name under ``suite/hyperparams/`` with per-env default overrides, or None."""
+    hyperparams: str | Callable[[str], Mapping[str, Any]] | None = None
+    """File name under ``suite/hyperparams/`` with per-env default overrides, a callable ``env_id -> overrides``
+    (the ``sb3-*`` entries read rl-baselines3-zoo YAML this way), or None."""
     aliases: tuple[str, ...] = ()
     """Other names users may know it by (resolved to ``id``)."""
     notes: str = ""
@@ -60,6 +61,8 @@ class AlgorithmSpec:
         """Per-env overrides from the hyperparameter file (``[default]`` then ``[env_id]``)."""
         if not self.hyperparams:
             return {}
+        if callable(self.hyperparams):
+            return dict(self.hyperparams(env_id))
         table = _hyperparams_table(self.hyperparams)
         out = dict(table.get("default", {}))
         out.update(table.get(env_id, {}))
@@ -91,7 +94,7 @@ def register(
     action_spaces: tuple[str, ...],
     observations: tuple[str, ...] = ("vector",),
     config: type,
-    hyperparams: str | None = None,
+    hyperparams: str | Callable[[str], Mapping[str, Any]] | None = None,
     aliases: tuple[str, ...] = (),
     notes: str = "",
     extra: Mapping[str, Any] | None = None,
