@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-save-models", action="store_true", help="do not save trained policies")
     p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
     _add_db(p)
 
     p = sub.add_parser("status", help="what the results database holds")
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export a table of the results database to CSV or Parquet")
     p.add_argument("--table", required=True, help="trials, curves, evals or updates")
     p.add_argument("-o", "--output", required=True, help="FILE.csv or FILE.parquet")
+    _add_db(p)
+
+    p = sub.add_parser("report", help="tables, plots and LaTeX for a study (default: the 'default' study)")
+    p.add_argument("study", nargs="?", help="study name as recorded in the database (default: default)")
+    p.add_argument("-o", "--output", help="output folder (default: reports/<study>/)")
+    p.add_argument("--reps", type=int, help="bootstrap resamples for confidence intervals")
     _add_db(p)
 
     p = sub.add_parser("evaluate", help="re-evaluate a saved policy without retraining")
@@ -160,6 +167,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_finish(rec: dict[str, Any]) -> None:
             from tqdm import tqdm
 
+            if args.tensorboard:
+                from suite.report import write_tensorboard
+
+                write_tensorboard(rec, Path(args.tensorboard))
+
             score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
             tqdm.write(
                 f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
@@ -182,20 +194,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    if not args.no_report and args.study is not None or (args.study is None and not args.env and not args.no_report):
+    if not args.no_report:
         _maybe_report(study.name, db_path)
     return 0
 
 
 def _maybe_report(study: str, db_path: Path) -> None:
-    try:
-        from suite import report  # noqa: F401
-    except ImportError:
-        return
     from suite.report import write_report
 
     out = write_report(study=study, db=db_path)
     print(f"report written to {out}", file=sys.stderr)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from suite.report import write_report
+    from suite.store import default_db_path
+
+    path = default_db_path(args.db)
+    if not path.exists():
+        raise UserError(f"no results database at {path} (run 'suite run' first, or pass --db)")
+    if args.reps is not None and args.reps < 10:
+        raise UserError(f"--reps must be >= 10, got {args.reps}")
+    kwargs = {"reps": args.reps} if args.reps else {}
+    out = write_report(study=args.study or "default", db=path, out_dir=Path(args.output) if args.output else None, **kwargs)
+    print(f"report written to {out}")
+    return 0
 
 
 def print_summary(store: Any, keys: Sequence[str]) -> None:
@@ -266,7 +289,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "status": cmd_status, "export": cmd_export, "evaluate": cmd_evaluate}
+COMMANDS = {
+    "list": cmd_list,
+    "run": cmd_run,
+    "status": cmd_status,
+    "export": cmd_export,
+    "report": cmd_report,
+    "evaluate": cmd_evaluate,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

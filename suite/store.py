@@ -27,7 +27,7 @@ Schema (version 1):
         as little-endian numpy blobs (``int64`` steps, ``float64`` returns, ``int64`` lengths). A trial has up to
         ~10k episodes and a study 500+ trials; one row per episode would mean millions of rows and tens of
         millions of Python objects to load, whereas blobs load with :func:`numpy.frombuffer` in milliseconds.
-    ``evals(key, idx, step, final, episode, return, length)``
+    ``evals(key, idx, step, final, episode, return, length, wall_time_s)``
         Long format, one row per evaluation episode (``idx`` = position of the evaluation in the trial's list).
         Small (~200 rows per trial) and convenient to query in SQL, so kept relational.
     ``updates(key, n, metrics, update_i8, step_i8, values_f8)``
@@ -141,7 +141,8 @@ _SCHEMA: tuple[str, ...] = (
     " step_i8 BLOB NOT NULL, return_f8 BLOB NOT NULL, length_i8 BLOB NOT NULL)",
     # WITHOUT ROWID clusters a trial's eval episodes together on disk, so loading by key is a range scan.
     "CREATE TABLE evals (key TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, final INTEGER NOT NULL,"
-    ' episode INTEGER NOT NULL, "return" REAL, length INTEGER, PRIMARY KEY (key, idx, episode)) WITHOUT ROWID',
+    ' episode INTEGER NOT NULL, "return" REAL, length INTEGER, wall_time_s REAL,'
+    " PRIMARY KEY (key, idx, episode)) WITHOUT ROWID",
     "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, metrics TEXT NOT NULL,"
     " update_i8 BLOB NOT NULL, step_i8 BLOB NOT NULL, values_f8 BLOB NOT NULL)",
 )
@@ -304,9 +305,7 @@ class ResultsStore:
     def __enter__(self) -> ResultsStore:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -356,7 +355,7 @@ class ResultsStore:
     ) -> None:
         # A separate method so the crash-safety tests can kill the process between the trial row and its series.
         conn.execute("INSERT INTO curves VALUES (?, ?, ?, ?, ?)", curve_row)
-        conn.executemany("INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?)", eval_rows)
+        conn.executemany("INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?)", eval_rows)
         conn.execute("INSERT INTO updates VALUES (?, ?, ?, ?, ?, ?)", update_row)
 
     @contextmanager
@@ -415,9 +414,7 @@ class ResultsStore:
                 where.append(f"{column} IN (SELECT value FROM json_each(?))")
                 params.append(json.dumps(_as_list(values)))
         if envs is not None:
-            where.append(
-                "(env_label IN (SELECT value FROM json_each(?)) OR env_id IN (SELECT value FROM json_each(?)))"
-            )
+            where.append("(env_label IN (SELECT value FROM json_each(?)) OR env_id IN (SELECT value FROM json_each(?)))")
             params.extend([json.dumps(_as_list(envs))] * 2)
         sql = f"SELECT {', '.join(_TRIAL_COLUMNS)} FROM trials"
         if where:
@@ -459,14 +456,15 @@ class ResultsStore:
         Returns:
             Columns ``key`` (str), ``step`` (int64), ``final`` (bool, the end-of-training evaluation),
             ``episode`` (int64, 0-based within its evaluation), ``return`` (float64), ``length`` (float64, NaN
-            where unknown); trials in key order, evaluations in recorded order.
+            where unknown), ``wall_time_s`` (float64: training time, rollout + update, elapsed when the evaluation
+            ran; NaN where unknown); trials in key order, evaluations in recorded order.
         """
         where, params = _key_filter(keys)
         rows = self._conn.execute(
-            f'SELECT key, step, final, episode, "return", length FROM evals{where} ORDER BY key, idx, episode',
+            f'SELECT key, step, final, episode, "return", length, wall_time_s FROM evals{where} ORDER BY key, idx, episode',
             params,
         ).fetchall()
-        frame = pd.DataFrame.from_records(rows, columns=["key", "step", "final", "episode", "return", "length"])
+        frame = pd.DataFrame.from_records(rows, columns=["key", "step", "final", "episode", "return", "length", "wall_time_s"])
         return frame.astype(
             {
                 "key": object,
@@ -475,6 +473,7 @@ class ResultsStore:
                 "episode": "int64",
                 "return": "float64",
                 "length": "float64",
+                "wall_time_s": "float64",
             }
         )
 
@@ -573,9 +572,7 @@ class ResultsStore:
         out = Path(path)
         suffix = out.suffix.lower()
         if suffix not in EXPORT_SUFFIXES:
-            raise UserError(
-                f"cannot export to {out}: unknown file type {suffix or '(no suffix)'!r}; use .csv or .parquet"
-            )
+            raise UserError(f"cannot export to {out}: unknown file type {suffix or '(no suffix)'!r}; use .csv or .parquet")
         frame: pd.DataFrame = getattr(self, table)()
         if table == "trials":
             for name, kind in _TRIAL_COLUMNS.items():
@@ -672,9 +669,11 @@ def _eval_rows(key: str, evals: Sequence[Mapping[str, Any]] | None) -> list[tupl
         if lengths and len(lengths) != len(returns):
             raise ValueError(f"evals[{idx}] has {len(returns)} returns but {len(lengths)} lengths")
         step, final = int(ev["step"]), bool(ev.get("final", False))
+        wall = ev.get("wall_time_s")
+        wall = None if wall is None else float(wall)
         for episode, ret in enumerate(returns):
             length = lengths[episode] if lengths else None
-            rows.append((key, idx, step, final, episode, float(ret), None if length is None else int(length)))
+            rows.append((key, idx, step, final, episode, float(ret), None if length is None else int(length), wall))
     return rows
 
 
@@ -750,11 +749,13 @@ def _trials_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 def _evals_to_records(conn: sqlite3.Connection, key: str) -> list[dict[str, Any]]:
     evals: list[dict[str, Any]] = []
     last_idx = None
-    for idx, step, final, ret, length in conn.execute(
-        'SELECT idx, step, final, "return", length FROM evals WHERE key = ? ORDER BY idx, episode', (key,)
+    for idx, step, final, ret, length, wall in conn.execute(
+        'SELECT idx, step, final, "return", length, wall_time_s FROM evals WHERE key = ? ORDER BY idx, episode', (key,)
     ):
         if idx != last_idx:
             evals.append({"step": step, "final": bool(final), "returns": [], "lengths": []})
+            if wall is not None:
+                evals[-1]["wall_time_s"] = wall
             last_idx = idx
         evals[-1]["returns"].append(math.nan if ret is None else ret)
         evals[-1]["lengths"].append(length)

@@ -242,7 +242,13 @@ class TrialContext:
             returns, lengths = evaluate_policy(
                 lambda o: agent.predict(o, deterministic=True), self.env_id, self.env_kwargs, self._eval_seeds
             )
-        row = {"step": self.steps, "final": final, "returns": returns.tolist(), "lengths": lengths.tolist()}
+        row = {
+            "step": self.steps,
+            "final": final,
+            "returns": returns.tolist(),
+            "lengths": lengths.tolist(),
+            "wall_time_s": self.times["rollout"] + self.times["update"],  # training time so far, evaluation excluded
+        }
         self.evals.append(row)
         return row
 
@@ -432,4 +438,5 @@ def deterministic_view(record: Mapping[str, Any]) -> dict[str, Any]:
         "baseline_rss_mb", "provenance", "started_at", "ended_at", "model_path", "traceback",
     }  # fmt: skip
     out = {k: v for k, v in record.items() if k not in volatile}
+    out["evals"] = [{k: v for k, v in e.items() if k != "wall_time_s"} for e in record.get("evals", [])]
     return out

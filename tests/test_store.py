@@ -40,6 +40,11 @@ def make_record(i: int, *, n_episodes: int = 50, n_updates: int = 20, n_evals: i
         "seed": i,
         "budget": 100_000,
         "threads": 1,
+        "n_eval_episodes": 10,
+        "eval_freq": 10_000,
+        "format": 1,
+        "suite_version": "0.1.0",
+        "baseline_rss_mb": 300.5,
         "config": {"learning_rate": 3e-4, "n_steps": 128, "policy": {"net_arch": [64, 64]}},
         "config_hash": "c0ffee",
         "status": "ok",
@@ -69,6 +74,7 @@ def make_record(i: int, *, n_episodes: int = 50, n_updates: int = 20, n_evals: i
                 "final": k == n_evals - 1,
                 "returns": rng.normal(100, 5, 10).tolist(),
                 "lengths": rng.integers(1, 500, 10).tolist(),
+                "wall_time_s": 1.5 * (k + 1),
             }
             for k in range(n_evals)
         ],
@@ -151,7 +157,7 @@ def test_loaders_return_documented_columns_and_counts(tmp_path: Path) -> None:
     assert len(curves) == sum(50 + i for i in range(4))
     assert curves.groupby("key").size().to_dict() == {r["key"]: 50 + i for i, r in enumerate(records)}
     np.testing.assert_array_equal(curves_two["step"], records[0]["curve"]["step"] + records[3]["curve"]["step"])
-    assert list(evals.columns) == ["key", "step", "final", "episode", "return", "length"]
+    assert list(evals.columns) == ["key", "step", "final", "episode", "return", "length", "wall_time_s"]
     assert len(evals) == 4 * 3 * 10
     assert evals["final"].sum() == 4 * 10
     assert evals["episode"].max() == 9
@@ -226,9 +232,7 @@ def test_malformed_records_are_rejected_before_writing(tmp_path: Path) -> None:
         assert store.finished_keys() == set()
 
 
-def test_error_inside_the_transaction_rolls_the_whole_trial_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_error_inside_the_transaction_rolls_the_whole_trial_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with ResultsStore(tmp_path / "r.db") as store:
         store.save_trial(make_record(0))
 

@@ -224,7 +224,7 @@ class GradientStepper:
 
     def step(self, loss: torch.Tensor) -> None:
         if not torch.isfinite(loss):
-            raise Diverged(f"non-finite loss {float(loss)}")
+            raise Diverged(f"non-finite loss {float(loss.detach())}")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grads = [p.grad.reshape(-1) for p in self.params if p.grad is not None]

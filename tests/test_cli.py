@@ -1,0 +1,82 @@
+"""The `suite` command: user mistakes are one line + exit 2; list/run/status/export work end to end."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from suite.cli import main
+
+SUITE = [sys.executable, "-m", "suite.cli"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--algo", "nope", "--env", "CartPole-v1"], "unknown algorithm 'nope'; registered:"),
+        (["run", "--algo", "ppo", "--env", "Nope-v9"], "unknown env"),
+        (["run", "--algo", "ppo", "--env", "CartPole-v1", "--seeds", "3-1"], "bad seed range"),
+        (["run", "--algo", "ppo", "--env", "CartPole-v1", "--seeds", "x"], "bad seed spec"),
+        (["run", "--algo", "ppo", "--env", "CartPole-v1", "--set", "n_step=3"], "unknown ppo hyperparameter key 'n_step'"),
+        (["run", "--algo", "ppo", "--env", "CartPole-v1", "--set", "n_steps=abc"], "n_steps: expected an integer"),
+        (["run", "--algo", "ppo", "--env", "CartPole-v1", "--set", "oops"], "--set expects key=value"),
+        (["run", "--algo", "ppo", "--env", "TextMatch-v0", "--env-arg", "language=klingon"], "language"),
+        (["run", "--algo", "ppo", "--env", "TextMatch-v0", "--env-arg", "target=HELLO"], "target"),
+        (["run", "missing_study.toml"], "file not found"),
+        (["run", "nostudy"], "unknown study 'nostudy'"),
+        (["run", "--tier", "huge"], "unknown tier 'huge'"),
+        (["run", "--workers", "0"], "--workers must be >= 1"),
+        (["frobnicate"], "invalid choice"),
+        (["export", "--table", "trials"], "required"),
+    ],
+)
+def test_user_mistakes_are_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    code = main([*argv, "--db", str(tmp_path / "x.db")] if argv[0] == "run" else argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("suite: error: ") and message in err[0], err
+    assert not (tmp_path / "x.db").exists()  # nothing was written before the mistake surfaced
+
+
+def test_database_that_is_not_ours_is_refused(tmp_path, capsys):
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    code = main(["run", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "256", "--db", str(other), "--no-report"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "is not a rl-suite results database" in err[-1]
+
+
+def test_list_json_names_algorithms_envs_and_studies(capsys):
+    assert main(["list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    ppo = next(a for a in data["algorithms"] if a["id"] == "ppo")
+    assert ppo["version"] and "1707.06347" in ppo["reference"] and ppo["action_spaces"] == ["box", "discrete"]
+    assert {e["id"] for e in data["envs"]} == {"CartPole-v1", "LunarLander-v3", "ALE/Pong-v5", "Hopper-v5", "TextMatch-v0"}
+    assert "default" in data["studies"]
+
+
+def test_run_status_export_end_to_end_and_resume(tmp_path):
+    db = tmp_path / "r.db"
+    argv = [*SUITE, "run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0,1", "--steps", "512", "--db", str(db)]
+    first = subprocess.run([*argv, "--no-report", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "2 to run" in first.stderr and "ppo" in first.stdout
+    again = subprocess.run([*argv, "--no-report", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "2 already in" in again.stderr and "0 to run" in again.stderr
+    status = subprocess.run([*SUITE, "status", "--db", str(db)], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "TextMatch-v0" in status.stdout
+    out = tmp_path / "trials.csv"
+    exp = subprocess.run(
+        [*SUITE, "export", "--table", "trials", "-o", str(out), "--db", str(db)], capture_output=True, text=True
+    )
+    assert exp.returncode == 0, exp.stderr
+    df = pd.read_csv(out, dtype={"key": str})
+    assert sorted(df["seed"]) == [0, 1] and set(df["status"]) == {"ok"}
+    bad = subprocess.run(
+        [*SUITE, "export", "--table", "nope", "-o", str(out), "--db", str(db)], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

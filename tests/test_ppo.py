@@ -1,0 +1,90 @@
+"""PPO through the trial runner: determinism on every env (CI-sized), learning, records, saved policies."""
+
+import numpy as np
+import pytest
+import torch
+
+from suite.trial import TrialSpec, deterministic_view, load_policy, run_trial
+
+# CI-sized overrides: the zoo's LunarLander/Pong/Hopper rollouts are far longer than a test can afford.
+SMALL = {
+    "CartPole-v1": ({}, 512),
+    "LunarLander-v3": ({"n_envs": 2, "n_steps": 64, "batch_size": 64}, 256),
+    "ALE/Pong-v5": ({"n_envs": 2, "n_steps": 32, "batch_size": 32}, 128),
+    "Hopper-v5": ({"n_steps": 64, "batch_size": 32}, 128),
+    "TextMatch-v0": ({}, 1024),
+}
+
+
+@pytest.mark.parametrize("env_id", list(SMALL))
+def test_ppo_trial_is_deterministic_on_every_env(env_id, tmp_path):
+    overrides, steps = SMALL[env_id]
+    spec = TrialSpec("ppo", env_id, seed=3, total_timesteps=steps, overrides=overrides, n_eval_episodes=2)
+    a = run_trial(spec.resolve(), models_dir=tmp_path / "a")
+    b = run_trial(spec.resolve(), models_dir=tmp_path / "b")
+    assert a["status"] == "ok", a["traceback"]
+    assert deterministic_view(a) == deterministic_view(b)
+    assert a["updates"] and a["evals"][-1]["final"]
+    sa = torch.load(a["model_path"], weights_only=True)["state_dict"]
+    sb = torch.load(b["model_path"], weights_only=True)["state_dict"]
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_different_seeds_give_different_records():
+    a = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, n_eval_episodes=2).resolve())
+    b = run_trial(TrialSpec("ppo", "CartPole-v1", 1, 512, n_eval_episodes=2).resolve())
+    assert a["curve"] != b["curve"]
+
+
+def test_record_has_measurements_and_provenance():
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, n_eval_episodes=2, eval_freq=256).resolve())
+    assert rec["status"] == "ok" and rec["error"] is None
+    assert rec["steps"] == 512  # 2 rollouts of 8 envs x 32 steps
+    assert [e["step"] for e in rec["evals"]] == [256, 512] and rec["evals"][-1]["final"]
+    assert len(rec["updates"]) == 2
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "grad_var"):
+        assert np.isfinite(rec["updates"][0][key]), key
+    assert rec["rollout_time_s"] > 0 and rec["update_time_s"] > 0 and rec["peak_rss_mb"] > 50
+    assert rec["provenance"]["torch_threads"] == 1
+    assert rec["provenance"]["packages"]["torch"].startswith("2.13")
+    assert len(rec["key"]) == 64 and rec["config"]["n_steps"] == 32
+
+
+def test_failure_is_recorded_not_raised(monkeypatch):
+    import suite.algorithms.ppo as ppo_mod
+
+    def boom(self, rollout, progress):
+        raise RuntimeError("boom in update")
+
+    monkeypatch.setattr(ppo_mod.PPOTrainer, "update", boom)
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, n_eval_episodes=2).resolve())
+    assert rec["status"] == "failed" and rec["error"] == "RuntimeError: boom in update"
+    assert "Traceback" in rec["traceback"] and rec["final_eval_mean"] is None
+
+
+def test_nan_is_recorded_as_diverged():
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, overrides={"learning_rate": 1e30}, n_eval_episodes=2).resolve())
+    assert rec["status"] == "diverged", rec["error"]
+    assert rec["error"].startswith("Diverged:")
+
+
+def test_saved_policy_reloads_with_weights_only_and_reproduces_the_evaluation(tmp_path):
+    from suite.trial import eval_seeds, evaluate_policy
+
+    rec = run_trial(TrialSpec("ppo", "TextMatch-v0", 0, 1024, n_eval_episodes=3).resolve(), models_dir=tmp_path)
+    policy, payload = load_policy(rec["model_path"])
+    assert payload["env_id"] == "TextMatch-v0" and payload["config"] == rec["config"]
+    returns, _ = evaluate_policy(lambda o: policy.predict(o), "TextMatch-v0", payload["env_kwargs"], eval_seeds(0, 3))
+    assert returns.tolist() == rec["evals"][-1]["returns"]
+
+
+def test_ppo_learns_textmatch_hello():
+    rec = run_trial(TrialSpec("ppo", "TextMatch-v0", 0, 20_000, n_eval_episodes=5).resolve())
+    assert rec["final_eval_mean"] >= 4.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_zoo_cartpole_reaches_475_within_100k(seed):
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", seed, 100_000).resolve())
+    assert rec["final_eval_mean"] >= 475
