@@ -1,0 +1,312 @@
+"""``ppo-adaptive-clip``: PPO whose clip range follows the spread of the raw advantages.
+
+Source: 000_2d5fee972b6defb7.txt, which calls it "GRPO" and places it in TRL (``grpo/adaptive.py``); TRL has
+no such algorithm (its ``GRPOTrainer`` is DeepSeekMath's GRPO). What the document does describe:
+
+* a clip range ``delta`` recomputed every batch from the standard deviation of the advantages, wider when
+  they vary a lot, narrower as training settles. It gives no formula; this module uses
+
+      eps_k = clip(base(progress) * (s_k / s_ref) ** clip_std_exponent, clip_min, clip_max)
+
+  with ``s_k`` the std of the RAW advantages of update ``k`` (taken before any normalisation, which would
+  make it 1), ``base`` the ``clip_range`` schedule and ``s_ref`` either ``clip_std_ref`` or, by default, an
+  exponential moving average (momentum ``clip_std_momentum``) of the previous updates' ``s`` (the first
+  update uses ``s_ref = s_0``, so ``eps_0 = base``). The ratio makes the rule scale-free: an env whose
+  returns are 100x larger gets the same clip range for the same *relative* change of spread;
+* a step decay ``lr = base_lr * 0.9 ** (epoch // 10)`` (its ``adapt_delta_lr``), read here as a learning-rate
+  option: ``lr_decay_every = 10`` multiplies the learning rate by ``lr_decay_factor`` every 10 updates.
+  OFF by default (``lr_decay_every = 0``): the document never says what an "epoch" is, and per update it
+  divides the learning rate by ~60 over the zoo's 390 CartPole updates, on top of the zoo's linear decay;
+* "EnhancedGAE" (an LSTM cell over the trajectory inside GAE): no such published method exists. The honest
+  reading, option ``critic = "lstm"``: a recurrent value network run over the rollout's time axis, its
+  memory reset at episode boundaries, whose values feed ordinary GAE;
+* a Beta policy head for bounded continuous actions (``action_dist = "beta"``, Chou et al. 2017, ICML);
+* a value head "with automatic scaling": PopArt (``popart = true``, van Hasselt et al. 2016, arXiv
+  1602.07714): value targets normalised by running moments, last critic layer rescaled so outputs are
+  preserved when the moments move.
+
+The document's claimed text-generation numbers (CNN/DailyMail, 12k vs 15k steps, reward 2.45 vs 2.31) have
+no protocol; the suite measures the algorithm on its own envs instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from suite.algorithms.actor_critic import ActorCriticConfig, ActorCriticTrainer, ppo_policy_value_loss
+from suite.algorithms.core import Minibatch, Rollout, net_config
+from suite.algorithms.networks import ActorCritic
+from suite.registry import register
+
+
+@dataclass(frozen=True)
+class AdaptiveClipConfig(ActorCriticConfig):
+    """PPO's config (SB3 names; ``clip_range`` is the *base* of the adaptive rule) plus the document's options."""
+
+    clip_std_exponent: float = 0.5
+    """``k`` in ``eps = base * (s / s_ref) ** k``; 0 gives plain PPO (up to the clamp)."""
+    clip_min: float = 0.05
+    """Lower bound of the adaptive clip range (also keeps it above 0 when ``clip_range`` decays to 0)."""
+    clip_max: float = 0.4
+    """Upper bound of the adaptive clip range."""
+    clip_std_ref: float | None = None
+    """Fixed reference std ``s_ref``; None = moving average of the previous updates' raw-advantage std."""
+    clip_std_momentum: float = 0.9
+    """Momentum of that moving average (``s_ref <- m * s_ref + (1 - m) * s`` after each update)."""
+    lr_decay_every: int = 0
+    """Step decay of the learning rate every this many updates (the document's value: 10); 0 = off."""
+    lr_decay_factor: float = 0.9
+    """Factor of each step decay (the document's 0.9)."""
+    action_dist: str = "auto"
+    """``auto`` (categorical / Gaussian), ``gaussian`` or ``beta`` (boxes; Chou et al. 2017)."""
+    popart: bool = False
+    """PopArt value normalisation with output-preserving rescaling (van Hasselt et al. 2016)."""
+    popart_beta: float = 0.1
+    """Step size of PopArt's moving moments, per update (the first update sets them from its batch)."""
+    critic: str = "mlp"
+    """``mlp`` (PPO's critic) or ``lstm`` (recurrent critic over the rollout's time axis feeding GAE)."""
+    lstm_hidden: int = 64
+    """Hidden size of the LSTM critic."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.clip_min <= self.clip_max:
+            raise ValueError("need 0 < clip_min <= clip_max")
+        if self.clip_std_ref is not None and self.clip_std_ref <= 0:
+            raise ValueError("clip_std_ref must be > 0 (or None for the moving average)")
+        if not 0 <= self.clip_std_momentum < 1 or not 0 < self.popart_beta <= 1:
+            raise ValueError("clip_std_momentum must be in [0, 1) and popart_beta in (0, 1]")
+        if self.lr_decay_every < 0 or not 0 < self.lr_decay_factor <= 1:
+            raise ValueError("lr_decay_every must be >= 0 and lr_decay_factor in (0, 1]")
+        if self.action_dist not in ("auto", "gaussian", "beta"):
+            raise ValueError("action_dist must be auto, gaussian or beta")
+        if self.critic not in ("mlp", "lstm") or self.lstm_hidden < 1:
+            raise ValueError("critic must be mlp or lstm, lstm_hidden >= 1")
+
+
+def adaptive_clip_range(
+    raw_adv_std: float, std_ref: float, base: float, exponent: float, clip_min: float, clip_max: float
+) -> float:
+    """``clip(base * (raw_adv_std / std_ref) ** exponent, clip_min, clip_max)`` (see the module docstring)."""
+    ratio = raw_adv_std / std_ref if std_ref > 0 else 1.0
+    return float(min(max(base * ratio**exponent, clip_min), clip_max))
+
+
+# -- critic modules ---------------------------------------------------------------------------------------
+class RecurrentCritic(nn.Module):
+    """An LSTM cell and a linear value head. Maps features ``(B, F)`` to values ``(B, H)`` from the memory in
+    :attr:`memory` (``(h, c)``, each ``(B, hidden)``; zeros when None) and leaves the new memory in
+    :attr:`last_state`. The trainer sets the memory: sequentially over a rollout, or per sample (the state
+    stored at that step, so one minibatch step backpropagates through one cell step, like R2D2's stored state).
+    """
+
+    def __init__(self, in_features: int, hidden: int, n_out: int):
+        super().__init__()
+        self.cell = nn.LSTMCell(in_features, hidden)
+        self.head = nn.Linear(hidden, n_out)
+        nn.init.orthogonal_(self.head.weight, gain=1.0)
+        nn.init.zeros_(self.head.bias)
+        self.hidden = hidden
+        self.memory: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.last_state: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        if self.memory is None:
+            zeros = f.new_zeros((f.shape[0], self.hidden))
+            state = (zeros, zeros)
+        else:
+            state = self.memory
+        h, c = self.cell(f, state)
+        self.last_state = (h, c)
+        return self.head(h)
+
+
+class PopArtValue(nn.Module):
+    """PopArt (van Hasselt et al. 2016, arXiv 1602.07714) around a critic whose last layer is ``last``.
+
+    The inner critic predicts normalised values ``v_n``; this module returns ``mu + sigma * v_n`` (return
+    units, so GAE and truncation bootstrapping see real values), with the gradient into ``v_n`` divided by
+    ``sigma ** 2``: an MSE against raw returns then has exactly the gradient of the MSE in normalised units,
+    which is what PopArt trains (``d/dv_n (mu + sigma v_n - R)^2 / sigma^2 = 2 (v_n - (R - mu) / sigma)``).
+    """
+
+    def __init__(self, inner: nn.Module, last: nn.Linear, beta: float):
+        super().__init__()
+        self.inner, self.last, self.beta = inner, last, beta
+        n = last.out_features
+        self.register_buffer("mu", torch.zeros(n))
+        self.register_buffer("nu", torch.ones(n))  # second moment
+        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        return torch.sqrt(torch.clamp(self.nu - self.mu.square(), min=1e-4))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        sigma = self.sigma
+        v = self.mu + sigma * self.inner(f)
+        return v.detach() + (v - v.detach()) / sigma.square()
+
+    @torch.no_grad()
+    def update_stats(self, targets: torch.Tensor) -> None:
+        """Move the moments towards a batch of value targets ``(B,)`` and rescale the last layer ("Art")."""
+        mu_old, sigma_old = self.mu.clone(), self.sigma
+        b_mean, b_sq = targets.mean(), targets.square().mean()
+        beta = 1.0 if not bool(self.initialised) else self.beta
+        self.mu.mul_(1 - beta).add_(beta * b_mean)
+        self.nu.mul_(1 - beta).add_(beta * b_sq)
+        self.initialised.fill_(True)
+        sigma_new = self.sigma
+        self.last.weight.mul_((sigma_old / sigma_new).unsqueeze(-1))
+        self.last.bias.copy_((sigma_old * self.last.bias + mu_old - self.mu) / sigma_new)
+
+
+def adaptive_clip_policy(observation_space: Any, action_space: Any, cfg: AdaptiveClipConfig) -> ActorCritic:
+    """:class:`ActorCritic` with the configured action head, optionally an LSTM critic and/or PopArt."""
+    policy = ActorCritic(observation_space, action_space, net_config(cfg, normalize_obs=cfg.normalize))
+    assert policy.vf is not None
+    critic: nn.Module = policy.vf
+    last = policy.vf[-1]
+    if cfg.critic == "lstm":
+        in_features = policy.vf[0].in_features
+        critic = RecurrentCritic(in_features, cfg.lstm_hidden, last.out_features)
+        last = critic.head
+    if cfg.popart:
+        critic = PopArtValue(critic, last, cfg.popart_beta)
+    policy.vf = critic
+    return policy
+
+
+class StepDecay:
+    """``learning_rate(progress) * factor ** (n_updates // every)``: the document's ``0.9 ** (epoch // 10)``."""
+
+    def __init__(self, base: Callable[[float], float], trainer: ActorCriticTrainer, every: int, factor: float):
+        self.base, self.trainer, self.every, self.factor = base, trainer, every, factor
+
+    def __call__(self, progress: float) -> float:
+        return self.base(progress) * self.factor ** (self.trainer.n_updates // self.every)
+
+
+class AdaptiveClipTrainer(ActorCriticTrainer):
+    """PPO with :func:`adaptive_clip_range`; the LSTM critic's rollout pass and PopArt live in the hooks."""
+
+    cfg: AdaptiveClipConfig
+
+    def __init__(self, ctx: Any, cfg: AdaptiveClipConfig):
+        super().__init__(ctx, cfg)
+        if cfg.lr_decay_every:
+            self.stepper.learning_rate = StepDecay(cfg.learning_rate, self, cfg.lr_decay_every, cfg.lr_decay_factor)  # type: ignore[assignment]
+        self.std_ref: float | None = cfg.clip_std_ref
+        self.recurrent = self._find(RecurrentCritic)
+        self.popart = self._find(PopArtValue)
+        n = self.collector.n_envs
+        hidden = cfg.lstm_hidden
+        self.critic_state = (torch.zeros(n, hidden), torch.zeros(n, hidden))
+        self._stored_state: dict[str, torch.Tensor] = {}
+
+    def build_policy(self) -> ActorCritic:
+        return adaptive_clip_policy(self.envs.single_observation_space, self.envs.single_action_space, self.cfg)
+
+    def _find(self, kind: type) -> Any:
+        return next((m for m in self.policy.modules() if isinstance(m, kind)), None)
+
+    # -- advantages: the recurrent critic's pass over the rollout ----------------------------------------
+    @torch.no_grad()
+    def recurrent_values(self, rollout: Rollout) -> None:
+        """Recompute ``rollout.values (T, N, 1)`` and ``last_values (N, 1)`` with the LSTM critic run along
+        time (memory reset after every ``done``), and keep each step's input memory for the minibatches.
+
+        The collector evaluated the critic from a fresh memory (it calls the policy on one step at a time);
+        those values only served the time-limit bootstrap, where a fresh memory is an approximation (exact for
+        a Markov observation, as in every env of the suite). The memory carried from the previous rollout was
+        computed with the previous weights (the usual stale-state compromise).
+        """
+        rec, policy = self.recurrent, self.policy
+        T, N = rollout.rewards.shape
+        h, c = self.critic_state
+        hs, cs = torch.zeros(T, N, rec.hidden), torch.zeros(T, N, rec.hidden)
+        for t in range(T):
+            hs[t], cs[t] = h, c
+            rec.memory = (h, c)
+            rollout.values[t] = policy.values(rollout.obs[t]).numpy()
+            h, c = rec.last_state
+            keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1)
+            h, c = h * keep, c * keep
+        rec.memory = (h, c)
+        rollout.last_values[:] = policy.values(policy.prepare_obs(self.collector.obs)).numpy()
+        rec.memory = None
+        self.critic_state = (h, c)
+        self._stored_state = {"h": hs.reshape(T * N, -1), "c": cs.reshape(T * N, -1)}
+
+    def advantages(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
+        if self.recurrent is not None:
+            self.recurrent_values(rollout)
+        return super().advantages(rollout)
+
+    def minibatch_extra(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        return dict(self._stored_state)
+
+    # -- the adaptive clip range -------------------------------------------------------------------------
+    def begin_update(self, rollout: Rollout, advantages: np.ndarray, progress: float) -> dict[str, float]:
+        """Set ``self.clip`` from the std of the raw advantages ``(T, N)``; update PopArt's moments."""
+        cfg = self.cfg
+        std = float(np.std(advantages))
+        ref = self.std_ref if self.std_ref is not None else std
+        self.clip = adaptive_clip_range(std, ref, cfg.clip_range(progress), cfg.clip_std_exponent, cfg.clip_min, cfg.clip_max)
+        if cfg.clip_std_ref is None:
+            m = cfg.clip_std_momentum
+            self.std_ref = std if self.std_ref is None else m * self.std_ref + (1 - m) * std
+        metrics = {"clip_range": self.clip, "adv_std_raw": std, "adv_std_ref": ref}
+        if self.popart is not None:
+            returns = advantages + rollout.values.mean(-1)  # the value targets (GAE's lambda-returns)
+            self.popart.update_stats(torch.from_numpy(returns).reshape(-1))
+            metrics.update(popart_mu=float(self.popart.mu[0]), popart_sigma=float(self.popart.sigma[0]))
+        return metrics
+
+    @contextlib.contextmanager
+    def _critic_memory(self, mb: Minibatch) -> Iterator[None]:
+        if self.recurrent is None:
+            yield
+            return
+        self.recurrent.memory = (mb.extra["h"], mb.extra["c"])
+        try:
+            yield
+        finally:
+            self.recurrent.memory = None
+
+    def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with self._critic_memory(mb):
+            loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
+        return loss, metrics
+
+
+@register(
+    "ppo-adaptive-clip",
+    version="1.0.0",
+    summary="PPO whose clip range scales with the std of the raw advantages (document 000's 'GRPO')",
+    reference=(
+        "000_2d5fee972b6defb7.txt (described as 'GRPO' in TRL; no such TRL algorithm); PPO: Schulman et al. 2017, "
+        "arXiv 1707.06347; Beta policy: Chou et al. 2017 (ICML); PopArt: van Hasselt et al. 2016, arXiv 1602.07714"
+    ),
+    action_spaces=("discrete", "box"),
+    observations=("vector", "image"),
+    config=AdaptiveClipConfig,
+    hyperparams="ppo-adaptive-clip.toml",
+    notes=(
+        "Clip range per update: clip(base * (s / s_ref) ** clip_std_exponent, clip_min, clip_max), s = std of the "
+        "raw GAE advantages, s_ref = moving average of past s (or clip_std_ref). The document's delta-lr step decay "
+        "is lr_decay_every (off by default). critic='lstm' is the honest reading of its 'EnhancedGAE': a recurrent "
+        "critic whose values feed ordinary GAE. Logged per update: clip_range, adv_std_raw, adv_std_ref, and "
+        "popart_mu/popart_sigma with PopArt."
+    ),
+    policy_factory=adaptive_clip_policy,
+)
+def train_ppo_adaptive_clip(ctx: Any, cfg: AdaptiveClipConfig) -> Any:
+    return AdaptiveClipTrainer(ctx, cfg).train()
