@@ -2,3 +2,4 @@
 
 from suite.algorithms import ppo  # noqa: F401
 from suite.algorithms import ppo_adaptive_clip  # noqa: F401
+from suite.algorithms import ppo_rlvr_prm  # noqa: F401
