@@ -3,3 +3,4 @@
 from suite.algorithms import ppo  # noqa: F401
 from suite.algorithms import ppo_adaptive_clip  # noqa: F401
 from suite.algorithms import ppo_rlvr_prm  # noqa: F401
+from suite.algorithms import sb3  # noqa: F401
