@@ -300,3 +300,21 @@ def test_saved_policy_with_frozen_normalisation_reproduces_the_final_evaluation(
     assert float(policy.obs_var.sum()) != float(len(policy.obs_var))  # statistics were learned, not the initial ones
     returns, lengths = evaluate_policy(lambda o: policy.predict(o), "Hopper-v5", {}, eval_seeds(0, 2))
     assert returns.tolist() == rec["evals"][-1]["returns"] and lengths.tolist() == rec["evals"][-1]["lengths"]
+
+
+def test_pong_reaches_sb3_through_the_suites_atari_pipeline_unwrapped():
+    # The frame skip is applied once by the suite's env layer (tests/test_envs.py checks 4 frames per step);
+    # SB3 must see those (4, 84, 84) uint8 frames as they are: channels first, so no VecTransposeImage, and
+    # no AtariWrapper anywhere (its MaxAndSkip on top of v5 would skip 16 frames, published.md).
+    resolved = _spec("sb3-ppo", "ALE/Pong-v5", 8, {"n_envs": 1, "n_steps": 8, "batch_size": 8}).resolve()
+    ctx = trial_mod.TrialContext(resolved)
+    try:
+        cfg = resolved.config
+        venv = sb3.SuiteVecEnv(ctx.make_envs(cfg.n_envs), ctx)
+        model = sb3.PPO(cfg.policy, venv, device="cpu", **sb3.sb3_kwargs(sb3.FLAVOURS["ppo"], cfg, venv.action_space))
+        assert model.env is venv and cfg.policy == "CnnPolicy"
+        assert model.observation_space.shape == (4, 84, 84) and model.observation_space.dtype == np.uint8
+        obs = venv.reset()
+        assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
+    finally:
+        ctx.close()
