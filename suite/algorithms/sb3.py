@@ -57,8 +57,6 @@ BASELINES_DIR = Path(__file__).resolve().parents[2] / "baselines"
 """``baselines/`` at the repository root (the package is installed editable)."""
 ZOO_COMMIT = "61a0d13"
 """rl-baselines3-zoo commit of the hyperparameters and of ``benchmark.md`` (published.md)."""
-SB3_VERSION = "2.9.2"
-"""The SB3 version these entries were written and measured against (the record's provenance has the real one)."""
 
 ACTIVATIONS: Mapping[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -921,10 +919,17 @@ _register(
     notes="Atari: optimize_memory_usage off (SB3 refuses it with timeout handling, SB3 issue 934).",
 )
 _register(
-    "sac", summary="Stable-Baselines3 SAC with the zoo's hyperparameters", action_spaces=("box",), observations=("vector",)
+    "sac",
+    summary="Stable-Baselines3 SAC with the zoo's hyperparameters",
+    action_spaces=("box",),
+    observations=("vector",),
 )
-_register("td3", summary="Stable-Baselines3 TD3 with the zoo's hyperparameters",
-          action_spaces=("box",), observations=("vector",))  # fmt: skip
+_register(
+    "td3",
+    summary="Stable-Baselines3 TD3 with the zoo's hyperparameters",
+    action_spaces=("box",),
+    observations=("vector",),
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
