@@ -1,0 +1,325 @@
+"""``grpo``: advantages and loss against hand-computed values, the k3 penalty's gradient, same-seed groups on
+every env, DAPO's resampling, determinism and learning on TextMatch-v0 and CartPole-v1."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from suite.algorithms.core import net_config
+from suite.algorithms.grpo import (
+    EpisodeGroups,
+    GRPOConfig,
+    GRPOTrainer,
+    batch_advantages,
+    check_same_start,
+    episode_weights,
+    grpo_loss,
+    k3_kl,
+    outcome_advantages,
+    process_advantages,
+)
+from suite.algorithms.networks import ActorCritic
+from suite.errors import UserError
+from suite.registry import get_algorithm
+from suite.trial import TrialContext, TrialSpec, deterministic_view, run_trial
+
+ALL_ENVS = ["CartPole-v1", "LunarLander-v3", "ALE/Pong-v5", "Hopper-v5", "TextMatch-v0"]
+
+
+def _batch(rewards_per_episode: list[list[float]], group_size: int) -> EpisodeGroups:
+    """An :class:`EpisodeGroups` with the given per-step rewards (observations and actions are zeros)."""
+    N, T = len(rewards_per_episode), max(len(r) for r in rewards_per_episode)
+    rewards = np.zeros((T, N), dtype=np.float32)
+    mask = np.zeros((T, N), dtype=bool)
+    for n, r in enumerate(rewards_per_episode):
+        rewards[: len(r), n] = r
+        mask[: len(r), n] = True
+    lengths = mask.sum(0).astype(np.int64)
+    K = N // group_size
+    return EpisodeGroups(
+        torch.zeros((T, N, 1)), torch.zeros((T, N), dtype=torch.long), np.zeros((T, N), dtype=np.float32),
+        rewards, mask, lengths, np.zeros(N, dtype=bool), np.arange(K), group_size, T * N,
+    )  # fmt: skip
+
+
+def _flat(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Real steps of a ``(T, N)`` array, episode-major (the order the trainer uses)."""
+    return x.T[mask.T]
+
+
+# -- config -----------------------------------------------------------------------------------------------
+def test_group_size_one_is_a_clear_user_error() -> None:
+    with pytest.raises(UserError, match="group_size must be >= 2"):
+        get_algorithm("grpo").make_config("CartPole-v1", {"group_size": 1})
+
+
+def test_scale_rewards_auto_follows_the_loss() -> None:
+    assert GRPOConfig().reward_scaling == "group"
+    assert GRPOConfig(loss_agg="dr_grpo").reward_scaling == "none"
+    assert GRPOConfig(loss_agg="dr_grpo", scale_rewards="batch").reward_scaling == "batch"
+
+
+def test_every_env_has_defaults_that_build() -> None:
+    algo = get_algorithm("grpo")
+    for env_id in ALL_ENVS:
+        assert algo.env_defaults(env_id), env_id
+        cfg = algo.make_config(env_id)
+        assert cfg.group_size >= 2 and cfg.beta == 0.04 and cfg.n_epochs == 1
+
+
+# -- advantages -------------------------------------------------------------------------------------------
+def test_outcome_advantages_by_hand() -> None:
+    # group 0: returns 1 and 3 (mean 2, sample std sqrt 2); group 1: 2 and 2 (no spread -> 0)
+    adv, zero, std = outcome_advantages(np.array([[1.0, 3.0], [2.0, 2.0]]), "group")
+    a = 1.0 / (math.sqrt(2.0) + 1e-4)
+    np.testing.assert_allclose(adv, [[-a, a], [0.0, 0.0]], rtol=1e-12)
+    assert zero.tolist() == [False, True]
+    np.testing.assert_allclose(std, [math.sqrt(2.0), 0.0])
+    adv_none, _, _ = outcome_advantages(np.array([[1.0, 3.0], [2.0, 2.0]]), "none")
+    np.testing.assert_allclose(adv_none, [[-1.0, 1.0], [0.0, 0.0]])
+    # batch scaling: the std of all four returns (sample std of 1, 3, 2, 2 = sqrt(2/3))
+    adv_b, _, _ = outcome_advantages(np.array([[1.0, 3.0], [2.0, 2.0]]), "batch")
+    b = 1.0 / (math.sqrt(2.0 / 3.0) + 1e-4)
+    np.testing.assert_allclose(adv_b, [[-b, b], [0.0, 0.0]], rtol=1e-12)
+
+
+def test_process_advantages_by_hand() -> None:
+    # group 0: episode rewards [1, 0] and [0, 0, 1]: mean 0.4, sample std sqrt(0.3) over the 5 step rewards.
+    # group 1: every step reward is 1: no spread, advantages 0.
+    batch = _batch([[1.0, 0.0], [0.0, 0.0, 1.0], [1.0], [1.0, 1.0]], group_size=2)
+    adv, zero, std = process_advantages(batch.rewards, batch.mask, 2, "group")
+    s = math.sqrt(0.3) + 1e-4
+    p, n = 0.6 / s, -0.4 / s  # normalised rewards of a 1 and of a 0
+    expected = np.array(
+        [
+            [p + n, 2 * n + p, 0.0, 0.0],
+            [n, n + p, 0.0, 0.0],
+            [0.0, p, 0.0, 0.0],
+        ]
+    )
+    np.testing.assert_allclose(adv, expected, rtol=1e-6)
+    assert zero.tolist() == [False, True]
+    assert std[0] == pytest.approx(math.sqrt(0.3))
+
+
+# -- loss -------------------------------------------------------------------------------------------------
+RATIOS = [1.5, 0.5, 1.1, 0.9, 1.3, 0.7, 1.0]
+"""Importance ratios of the 7 steps of the hand batch below (episode-major: lengths 1, 2 | 3, 1)."""
+K3_LN2 = 1.0 - math.log(2.0)  # k3 when pi_ref / pi = 2: 2 - ln 2 - 1
+
+
+def _hand_batch() -> EpisodeGroups:
+    # group 0: returns 1 (1 step) and 3 (2 steps); group 1: returns 2 (3 steps) and 2 (1 step): zero spread
+    return _batch([[1.0], [1.0, 2.0], [0.5, 0.5, 1.0], [2.0]], group_size=2)
+
+
+def _loss(loss_agg: str, scaling: str, beta: float = 0.04) -> tuple[float, dict[str, float]]:
+    batch = _hand_batch()
+    adv, zero, _ = batch_advantages(batch, "outcome", scaling)
+    assert zero.tolist() == [False, True]
+    logp = torch.log(torch.tensor([0.5, 0.2, 0.3, 0.25, 0.4, 0.1, 0.6]))
+    old = logp - torch.log(torch.tensor(RATIOS))
+    ref = logp + math.log(2.0)
+    lengths = torch.from_numpy(batch.lengths)
+    weights = torch.repeat_interleave(episode_weights(lengths, loss_agg, max_episode_steps=3), lengths)
+    a = torch.from_numpy(_flat(adv, batch.mask))
+    loss, m = grpo_loss(logp, old, ref, a, weights, eps_low=0.2, eps_high=0.2, beta=beta)
+    return float(loss), {k: float(v) for k, v in m.items()}
+
+
+def test_grpo_loss_by_hand() -> None:
+    a = 1.0 / (math.sqrt(2.0) + 1e-4)
+    # surrogates: step 0 (ratio 1.5, A -a): min(-1.5a, -1.2a) = -1.5a; steps 1-2 (ratios 0.5, 1.1, A +a):
+    # min(0.5a, 0.8a) = 0.5a and 1.1a; steps of the zero-spread group: 0.
+    # grpo weights: 1 / (4 episodes * length): 1/4 | 1/8, 1/8 | 1/12 x 3 | 1/4 (they sum to 1).
+    loss, m = _loss("grpo", "group")
+    policy_loss = -(-1.5 * a / 4 + (0.5 + 1.1) * a / 8)
+    assert m["policy_loss"] == pytest.approx(policy_loss, abs=1e-7)
+    assert loss == pytest.approx(policy_loss + 0.04 * K3_LN2 * 1.0, abs=1e-7)
+    assert m["kl_ref"] == pytest.approx(K3_LN2, abs=1e-7)
+    assert m["clip_fraction"] == pytest.approx(4 / 7)  # 1.5, 0.5, 1.3, 0.7 are outside [0.8, 1.2]
+
+
+def test_dr_grpo_loss_by_hand() -> None:
+    # no std division (A = -1, +1), weights 1 / (4 episodes * max_episode_steps 3) for every step
+    loss, m = _loss("dr_grpo", "none")
+    policy_loss = -(-1.5 + 0.5 + 1.1) / 12
+    assert m["policy_loss"] == pytest.approx(policy_loss, abs=1e-7)
+    assert loss == pytest.approx(policy_loss + 0.04 * K3_LN2 * 7 / 12, abs=1e-7)
+
+
+def test_dapo_loss_by_hand() -> None:
+    # token-level mean: every step weighs 1 / 7
+    a = 1.0 / (math.sqrt(2.0) + 1e-4)
+    loss, m = _loss("dapo", "group")
+    policy_loss = -(-1.5 + 0.5 + 1.1) * a / 7
+    assert m["policy_loss"] == pytest.approx(policy_loss, abs=1e-7)
+    assert loss == pytest.approx(policy_loss + 0.04 * K3_LN2, abs=1e-7)
+
+
+def test_asymmetric_clip() -> None:
+    adv = torch.tensor([1.0, 1.0])
+    logp = torch.zeros(2)
+    old = -torch.log(torch.tensor([1.25, 1.35]))  # ratios 1.25 and 1.35
+    w = torch.full((2,), 0.5)
+    _, m = grpo_loss(logp, old, logp, adv, w, eps_low=0.2, eps_high=0.28, beta=0.0)
+    assert m["policy_loss"] == pytest.approx(-(1.25 + 1.28) / 2)  # only the second is clipped, at 1.28
+    assert m["clip_fraction"] == pytest.approx(0.5)
+
+
+# -- the k3 penalty ---------------------------------------------------------------------------------------
+def _policy_and_batch() -> tuple[ActorCritic, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    policy = ActorCritic(obs_space, gym.spaces.Discrete(4), net_config(GRPOConfig(), n_value_heads=0))
+    return policy, torch.randn(16, 3), torch.randint(0, 4, (16,))
+
+
+def _kl_grads(policy: ActorCritic, reference: ActorCritic, x: torch.Tensor, a: torch.Tensor):
+    logp, _, _, _ = policy.evaluate_actions(x, a)
+    with torch.no_grad():
+        ref, _, _, _ = reference.evaluate_actions(x, a)
+    zeros = torch.zeros_like(logp)
+    loss, m = grpo_loss(logp, logp.detach(), ref, zeros, torch.full_like(logp, 1 / 16), eps_low=0.2, eps_high=0.2, beta=1.0)
+    policy.zero_grad()
+    loss.backward()
+    grads = torch.cat([p.grad.reshape(-1) for p in policy.parameters() if p.grad is not None])
+    return float(loss.detach()), m, grads
+
+
+def test_k3_is_exactly_zero_with_zero_gradient_when_policy_is_reference() -> None:
+    policy, x, a = _policy_and_batch()
+    loss, m, grads = _kl_grads(policy, copy.deepcopy(policy), x, a)
+    assert loss == 0.0 and float(m["kl_ref"]) == 0.0
+    assert torch.count_nonzero(grads) == 0
+
+
+def test_k3_has_a_gradient_through_the_current_policy() -> None:
+    policy, x, a = _policy_and_batch()
+    reference = copy.deepcopy(policy)
+    with torch.no_grad():
+        for p in reference.pi.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    loss, m, grads = _kl_grads(policy, reference, x, a)
+    assert loss > 0 and float(m["kl_ref"]) > 0
+    assert float(grads.norm()) > 1e-3
+    # the estimator itself: value and derivative d/dlogp = 1 - pi_ref/pi
+    logp = torch.tensor([-1.0], requires_grad=True)
+    k3 = k3_kl(logp, torch.tensor([-2.0]))
+    k3.sum().backward()
+    assert float(k3) == pytest.approx(math.exp(-1.0) + 1.0 - 1.0)
+    assert float(logp.grad) == pytest.approx(1.0 - math.exp(-1.0))
+
+
+# -- groups -----------------------------------------------------------------------------------------------
+def test_check_same_start_raises_on_different_first_observations() -> None:
+    obs = np.array([[0.0, 1.0], [0.0, 1.0], [2.0, 3.0], [2.0, 3.5]])
+    check_same_start(obs[:2], 2, np.array([7]))
+    with pytest.raises(RuntimeError, match="seed 9 returned different first observations"):
+        check_same_start(obs, 2, np.array([7, 9]))
+
+
+@pytest.mark.parametrize("env_id", ALL_ENVS)
+def test_same_seed_groups_start_from_identical_states(env_id: str) -> None:
+    """First observations equal within a group; with one fixed action sequence for every sub-env, trajectories
+    stay equal within a group and (except TextMatch, whose start state is unique by design) differ across
+    groups. Pong's first frames are the same for every seed (the ball is not served yet), hence the steps."""
+    G, K = 2, 3
+    ctx = TrialContext(TrialSpec("grpo", env_id, 0, 100).resolve())
+    envs = ctx.make_envs(G * K, vectorization="sync")
+    try:
+        seeds = ctx.draw_seeds(K)
+        obs, _ = envs.reset(seed=np.repeat(seeds, G).tolist())
+        check_same_start(obs, G, seeds)
+        space = envs.single_action_space  # one fixed action (Pong: move the paddle) for every sub-env and step
+        action = np.asarray(space.n // 2) if isinstance(space, gym.spaces.Discrete) else np.zeros(space.shape, np.float32)
+        differs = False
+        for _ in range(10):
+            grouped = np.asarray(obs).reshape(K, G, -1)
+            assert (grouped == grouped[:, :1]).all()
+            differs |= not (grouped[0, 0] == grouped[1, 0]).all() and not (grouped[1, 0] == grouped[2, 0]).all()
+            obs, _, term, trunc, _ = envs.step(np.stack([action] * (G * K)))
+            if (term | trunc).any():
+                break
+        assert differs == (env_id != "TextMatch-v0")
+    finally:
+        ctx.close()
+
+
+def test_collector_masks_padding_and_counts_only_episode_steps() -> None:
+    ctx = TrialContext(TrialSpec("grpo", "CartPole-v1", 3, 10_000, overrides={"group_size": 3, "n_groups": 2}).resolve())
+    try:
+        trainer = GRPOTrainer(ctx, ctx.resolved.config)
+        batch = trainer.collector.collect()
+        assert batch.obs.shape[:2] == (int(batch.lengths.max()), 6)
+        np.testing.assert_array_equal(batch.mask.sum(0), batch.lengths)
+        assert (batch.mask[:-1] >= batch.mask[1:]).all()  # a prefix of each column
+        first = batch.obs[0].numpy().reshape(2, 3, -1)
+        assert (first == first[:, :1]).all() and not (first[0, 0] == first[1, 0]).all()
+        assert ctx.steps == batch.lengths.sum() == sum(ctx.curve_length)
+        assert sorted(ctx.curve_length) == sorted(batch.lengths.tolist())
+        np.testing.assert_array_equal(np.sort(batch.returns), np.sort(ctx.curve_return))  # CartPole: 1 per step
+        assert batch.rewards[~batch.mask].sum() == 0
+    finally:
+        ctx.close()
+
+
+class _ScriptedCollector:
+    """Returns prepared batches in order, standing in for the env-stepping collector."""
+
+    def __init__(self, batches: list[EpisodeGroups]):
+        self.batches = batches
+
+    def collect(self) -> EpisodeGroups:
+        return self.batches.pop(0)
+
+
+def test_dapo_drops_and_resamples_zero_spread_groups() -> None:
+    trainer = GRPOTrainer.__new__(GRPOTrainer)
+    trainer.cfg = GRPOConfig(group_size=2, n_groups=2, loss_agg="dapo", max_resample_rounds=1)
+    first = _batch([[1.0], [1.0], [1.0, 1.0], [1.0]], 2)  # group 0 no spread, group 1 returns 2 and 1
+    second = _batch([[3.0], [1.0], [5.0], [5.0]], 2)  # group 0 returns 3 and 1, group 1 no spread
+    trainer.collector = _ScriptedCollector([first, second])
+    batch, m = trainer.collect()
+    assert m["resampled_groups"] == 1
+    np.testing.assert_array_equal(batch.returns, [2.0, 1.0, 3.0, 1.0])
+    assert batch.seeds.tolist() == [1, 0]
+    # cap reached with nothing usable: topped up with zero-spread groups so the batch keeps K groups
+    trainer.cfg = GRPOConfig(group_size=2, n_groups=2, loss_agg="dapo", max_resample_rounds=1)
+    flat = _batch([[1.0], [1.0], [2.0], [2.0]], 2)
+    trainer.collector = _ScriptedCollector([flat, _batch([[1.0], [1.0], [2.0], [2.0]], 2)])
+    batch, m = trainer.collect()
+    assert m["resampled_groups"] == 2 and batch.lengths.shape == (4,)
+
+
+# -- whole trials -----------------------------------------------------------------------------------------
+def test_determinism_records_and_parameters(tmp_path) -> None:
+    spec = TrialSpec("grpo", "CartPole-v1", 5, 3000, n_eval_episodes=3)
+    recs = [run_trial(spec.resolve(), models_dir=tmp_path / str(i)) for i in range(2)]
+    assert recs[0]["status"] == "ok", recs[0]["error"]
+    assert deterministic_view(recs[0]) == deterministic_view(recs[1])
+    assert len(recs[0]["updates"]) > 5 and recs[0]["steps"] >= 3000
+    for key in ("policy_loss", "kl_ref", "clip_fraction", "zero_spread_frac", "mean_group_std", "entropy", "grad_norm",
+                "grad_var", "learning_rate", "resampled_groups", "ep_return_mean", "ep_length_mean"):  # fmt: skip
+        assert key in recs[0]["updates"][-1], key
+    sd = [torch.load(r["model_path"], weights_only=True)["state_dict"] for r in recs]
+    assert sd[0].keys() == sd[1].keys()
+    assert all(torch.equal(sd[0][k], sd[1][k]) for k in sd[0])
+
+
+def test_learns_to_write_hello() -> None:
+    rec = run_trial(TrialSpec("grpo", "TextMatch-v0", 0, 20_000).resolve())
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["final_eval_mean"] == pytest.approx(5.0)
+
+
+def test_learns_cartpole_ci_sized() -> None:
+    rec = run_trial(TrialSpec("grpo", "CartPole-v1", 0, 15_000, n_eval_episodes=5).resolve())
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["final_eval_mean"] > 150  # random policy: about 22
