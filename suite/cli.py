@@ -128,7 +128,6 @@ def _parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from suite.config import parse_assignments
     from suite.executor import run_trials
     from suite.store import ResultsStore, default_db_path
     from suite.study import load_study, parse_seeds, parse_study
@@ -148,7 +147,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides=overrides, threads=args.threads,
     )  # fmt: skip
     if args.env_arg:
-        env_kwargs = parse_assignments(args.env_arg)
+        # Env options are text (a TextMatch target "12345" must stay a string): parse, then keep strings as given.
+        env_kwargs: dict[str, Any] = {}
+        for item in args.env_arg:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise UserError(f"--env-arg expects key=value, got {item!r}")
+            env_kwargs[key.strip()] = value.strip().strip('"')
         specs = [type(s)(**{**s.__dict__, "env_kwargs": {**s.env_kwargs, **env_kwargs}}) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")

@@ -207,7 +207,7 @@ class GradientStepper:
 
     def __init__(self, params: list[nn.Parameter], learning_rate: Schedule, max_grad_norm: float, eps: float = 1e-5):
         self.params = [p for p in params if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=learning_rate(0.0), eps=eps)
+        self.optimizer = torch.optim.Adam(self.params, lr=learning_rate(0.0), eps=eps, foreach=True)
         self.learning_rate = learning_rate
         self.max_grad_norm = max_grad_norm
         self.begin_update(0.0)
