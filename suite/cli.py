@@ -160,6 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
     db_path = default_db_path(args.db)
     with ResultsStore(db_path) as store:
+        store.add_to_study(study.name, [r.key for r in resolved])
         done = store.finished_keys()
         todo = [r for r in resolved if r.key not in done]
         tier = args.tier or study.tier
@@ -207,7 +208,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _maybe_report(study: str, db_path: Path) -> None:
     from suite.report import write_report
 
-    out = write_report(study=study, db=db_path)
+    try:
+        out = write_report(study=study, db=db_path)
+    except UserError as exc:
+        print(f"suite: no report written: {exc}", file=sys.stderr)
+        return
     print(f"report written to {out}", file=sys.stderr)
 
 

@@ -143,10 +143,13 @@ _SCHEMA: tuple[str, ...] = (
     "CREATE TABLE evals (key TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, final INTEGER NOT NULL,"
     ' episode INTEGER NOT NULL, "return" REAL, length INTEGER, wall_time_s REAL,'
     " PRIMARY KEY (key, idx, episode)) WITHOUT ROWID",
+    # Study membership: a trial already recorded (by another study or an ad-hoc run) is skipped when a study
+    # needs it again, but it belongs to that study's results too.
+    "CREATE TABLE study_trials (study TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (study, key)) WITHOUT ROWID",
     "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, metrics TEXT NOT NULL,"
     " update_i8 BLOB NOT NULL, step_i8 BLOB NOT NULL, values_f8 BLOB NOT NULL)",
 )
-_OUR_TABLES = frozenset({"meta", "trials", "curves", "evals", "updates"})
+_OUR_TABLES = frozenset({"meta", "trials", "curves", "evals", "updates", "study_trials"})
 
 _I8 = np.dtype("<i8")
 _F8 = np.dtype("<f8")
@@ -377,6 +380,12 @@ class ResultsStore:
         """Keys of all recorded trials, whatever their status (a resumed study skips these)."""
         return {row[0] for row in self._conn.execute("SELECT key FROM trials")}
 
+    def add_to_study(self, study: str, keys: Iterable[str]) -> None:
+        """Record that ``study`` includes these trial keys (whoever ran them), in one transaction."""
+        rows = [(study, k) for k in keys]
+        with self._transaction() as conn:
+            conn.executemany("INSERT OR IGNORE INTO study_trials (study, key) VALUES (?, ?)", rows)
+
     def has_trial(self, key: str) -> bool:
         """Whether a trial with this key is recorded."""
         return self._conn.execute("SELECT 1 FROM trials WHERE key = ?", (key,)).fetchone() is not None
@@ -393,7 +402,7 @@ class ResultsStore:
         """One row per trial, sorted by algo, env_label, seed, key. Filters combine with AND.
 
         Args:
-            study: only trials of this study.
+            study: only trials of this study: run by it, or needed by it and found already recorded.
             algos: only these algorithm ids.
             envs: only these environments, matched against ``env_label`` or ``env_id``.
             status: only these statuses (``ok``, ``failed``, ``diverged``).
@@ -407,8 +416,8 @@ class ResultsStore:
         where: list[str] = []
         params: list[Any] = []
         if study is not None:
-            where.append("study = ?")
-            params.append(study)
+            where.append("(study = ? OR key IN (SELECT key FROM study_trials WHERE study = ?))")
+            params.extend([study, study])
         for column, values in (("algo", algos), ("status", status), ("key", keys)):
             if values is not None:
                 where.append(f"{column} IN (SELECT value FROM json_each(?))")

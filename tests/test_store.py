@@ -468,3 +468,14 @@ def test_smoke_load_500_trials_and_print_time(tmp_path: Path) -> None:
     print(f"\n500 trials: saved in {saved:.2f} s, loaded trials+curves+evals+updates in {loaded:.2f} s")
     assert (len(trials), len(curves), len(evals), len(updates)) == (500, 500 * 2000, 500 * 200, 500 * 500)
     assert updates.shape[1] == 3 + 2 + 8
+
+
+def test_study_membership_includes_trials_recorded_by_another_run(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "m.db") as store:
+        store.save_trial(make_record(0, study=None))
+        store.save_trial(make_record(1, study="other"))
+        assert store.trials(study="quick").empty
+        store.add_to_study("quick", [make_record(0)["key"], make_record(1)["key"]])
+        store.add_to_study("quick", [make_record(0)["key"]])  # idempotent
+        assert sorted(store.trials(study="quick")["seed"]) == [0, 1]
+        assert list(store.trials(study="other")["seed"]) == [1]
