@@ -188,7 +188,7 @@ class TrialContext:
         self.curve_return: list[float] = []
         self.curve_length: list[int] = []
         self.evals: list[dict[str, Any]] = []
-        self.updates: list[dict[str, float]] = []
+        self.updates: list[dict[str, Any]] = []
         self.times: dict[str, float] = {"rollout": 0.0, "update": 0.0, "eval": 0.0}
         self._envs: list[Any] = []
         self._next_eval = resolved.eval_freq
@@ -224,7 +224,7 @@ class TrialContext:
         self.curve_length.extend(int(x) for x in lengths)
 
     def record_update(self, metrics: Mapping[str, float]) -> None:
-        row = {"update": len(self.updates) + 1, "step": self.steps}
+        row: dict[str, Any] = {"update": len(self.updates) + 1, "step": self.steps}
         row.update({k: float(v) for k, v in metrics.items()})
         self.updates.append(row)
 

@@ -158,7 +158,7 @@ class RolloutCollector:
                 # Time-limit truncation is not a real end: bootstrap from V(final obs) (SB3 issue 633).
                 mask, final = final_observations(info, self.n_envs)
                 boot = truncated & ~terminated & mask
-                if boot.any():
+                if boot.any() and final is not None:
                     with torch.no_grad():
                         v = policy.values(policy.prepare_obs(final[boot])).mean(-1).numpy()
                     rewards[boot] += self.gamma * v

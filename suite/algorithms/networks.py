@@ -51,6 +51,10 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 class RunningMeanStd(nn.Module):
     """Running mean and variance (parallel algorithm of Chan et al.), kept as buffers so they are saved."""
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...], epsilon: float = 1e-4):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
@@ -109,7 +113,7 @@ class NatureCNN(nn.Module):
             for m in self.net:
                 if isinstance(m, nn.Conv2d | nn.Linear):
                     nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
-                    nn.init.zeros_(m.bias)
+                    nn.init.zeros_(m.bias)  # type: ignore[arg-type]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.float() / 255.0)
@@ -245,25 +249,26 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig):
         super().__init__()
         self.cfg = cfg
-        self.image = len(obs_space.shape) == 3
+        obs_shape: tuple[int, ...] = tuple(obs_space.shape or ())
+        self.image = len(obs_shape) == 3
         self.head = make_head(action_space, cfg.action_dist)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_shape: tuple[int, ...] = () if self.discrete else tuple(action_space.shape)
+        self.action_shape: tuple[int, ...] = () if self.discrete else tuple(action_space.shape or ())
         act = ACTIVATIONS[cfg.activation]
         n_heads = cfg.n_value_heads
         if self.image:
-            self.trunk: nn.Module = NatureCNN(obs_space.shape[0], cfg.ortho_init)
+            self.trunk: nn.Module = NatureCNN(obs_shape[0], cfg.ortho_init)
             feat = 512
             self.pi = mlp([feat, *cfg.pi_arch, self.head.n_params], act, cfg.ortho_init, 0.01)
             self.vf = mlp([feat, *cfg.vf_arch, n_heads], act, cfg.ortho_init, 1.0) if n_heads else None
         else:
             self.trunk = nn.Identity()
-            feat = int(np.prod(obs_space.shape))
+            feat = int(np.prod(obs_shape))
             self.pi = mlp([feat, *cfg.pi_arch, self.head.n_params], act, cfg.ortho_init, 0.01)
             self.vf = mlp([feat, *cfg.vf_arch, n_heads], act, cfg.ortho_init, 1.0) if n_heads else None
         self.log_std = nn.Parameter(torch.full((self.head.n_params,), cfg.log_std_init))
         self.log_std.requires_grad_(isinstance(self.head, GaussianHead))
-        self.obs_rms = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_obs and not self.image else None
+        self.obs_rms = RunningMeanStd(obs_shape) if cfg.normalize_obs and not self.image else None
 
     # -- observation handling ---------------------------------------------------------------------------
     def prepare_obs(self, obs: np.ndarray, update_stats: bool = False) -> torch.Tensor:

@@ -137,6 +137,10 @@ class PopArtValue(nn.Module):
     which is what PopArt trains (``d/dv_n (mu + sigma v_n - R)^2 / sigma^2 = 2 (v_n - (R - mu) / sigma)``).
     """
 
+    mu: torch.Tensor
+    nu: torch.Tensor
+    initialised: torch.Tensor
+
     def __init__(self, inner: nn.Module, last: nn.Linear, beta: float):
         super().__init__()
         self.inner, self.last, self.beta = inner, last, beta
@@ -173,14 +177,14 @@ def adaptive_clip_policy(observation_space: Any, action_space: Any, cfg: Adaptiv
     policy = ActorCritic(observation_space, action_space, net_config(cfg, normalize_obs=cfg.normalize))
     assert policy.vf is not None
     critic: nn.Module = policy.vf
-    last = policy.vf[-1]
+    last: nn.Linear = policy.vf[-1]  # type: ignore[assignment]
     if cfg.critic == "lstm":
-        in_features = policy.vf[0].in_features
+        in_features: int = policy.vf[0].in_features  # type: ignore[assignment]
         critic = RecurrentCritic(in_features, cfg.lstm_hidden, last.out_features)
         last = critic.head
     if cfg.popart:
         critic = PopArtValue(critic, last, cfg.popart_beta)
-    policy.vf = critic
+    policy.vf = critic  # type: ignore[assignment]
     return policy
 
 
