@@ -47,9 +47,10 @@ import torch
 import torch.nn.functional as F
 
 from suite.algorithms.core import GradientStepper, check_finite_params, net_config
+from suite.algorithms.grpo import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
-from suite.envs import TEXTMATCH_ID, finished_episodes
+from suite.envs import TEXTMATCH_ID
 from suite.registry import register
 from suite.textmatch import MATCH_REWARD
 
@@ -92,8 +93,9 @@ class PairwiseConfig:
     early_stop_fraction: float | None = None
     """Stop training once a batch's mean return reaches this fraction of the env's maximum (document: 0.95);
     None = off (the suite's default, see the module docstring). Needs an env with a known maximum."""
-    vectorization: str = "auto"
-    """How the sub-envs are vectorised: auto, sync or async."""
+    vectorization: str = "sync"
+    """How the sub-envs are vectorised: sync or async (each trajectory is reset with its own seed, which the
+    CartPole numpy fast path cannot do)."""
 
     def __post_init__(self) -> None:
         if self.n_trajectories < 2 or self.group_size < 2 or self.n_trajectories % self.group_size:
@@ -102,8 +104,8 @@ class PairwiseConfig:
             raise ValueError("temperature must be > 0 and n_epochs >= 1")
         if self.early_stop_fraction is not None and not 0 < self.early_stop_fraction <= 1:
             raise ValueError("early_stop_fraction must be in (0, 1] or None")
-        if self.activation not in ("tanh", "relu") or self.vectorization not in ("auto", "sync", "async"):
-            raise ValueError("activation must be tanh or relu; vectorization auto, sync or async")
+        if self.activation not in ("tanh", "relu") or self.vectorization not in ("sync", "async"):
+            raise ValueError("activation must be tanh or relu; vectorization sync or async")
 
 
 def pairwise_policy(observation_space: Any, action_space: Any, cfg: PairwiseConfig) -> ActorCritic:
@@ -130,45 +132,22 @@ class EpisodeBatch:
     """``(E,)`` int64 steps per episode."""
 
 
-@torch.no_grad()
-def collect_episodes(ctx: TrialContext, envs: Any, policy: ActorCritic) -> EpisodeBatch:
-    """Exactly one episode from each sub-env, started by a seeded reset, all under the current policy.
+def flatten_episodes(groups: EpisodeGroups) -> EpisodeBatch:
+    """The real steps of padded, time-major episodes (``EpisodeGroups`` from the shared collector), flattened.
 
-    Sub-envs that finish early keep being stepped (a vector env steps all of them) but those steps are
-    discarded and not counted in ``ctx.steps``: they belong to no trajectory of this batch.
+    The collector (``suite.algorithms.grpo.EpisodeGroupCollector``, here with groups of one: every trajectory
+    from its own seed, as the document samples them) steps every sub-env until each has finished one episode;
+    steps a finished sub-env takes meanwhile are masked out and not counted in ``ctx.steps``.
     """
-    n = envs.num_envs
-    obs, _ = envs.reset(seed=int(ctx.draw_seeds(1)[0]))  # sub-env k gets seed + k
-    active = np.ones(n, dtype=bool)
-    ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
-    parts: dict[str, list[torch.Tensor]] = {"obs": [], "actions": [], "logp": [], "episode": []}
-    step0, taken = ctx.steps, 0
-    while active.any():
-        rows = torch.from_numpy(np.flatnonzero(active))
-        if policy.obs_rms is not None:
-            policy.prepare_obs(obs[active], update_stats=True)  # statistics from this batch's real steps only
-        x = policy.prepare_obs(obs)
-        actions, logp, _ = policy.act(x)
-        obs, rewards, terminated, truncated, info = envs.step(policy.head.to_env(actions.numpy()))
-        for key, value in (("obs", x), ("actions", actions), ("logp", logp), ("episode", torch.arange(n))):
-            parts[key].append(value[rows])
-        ret[active] += rewards[active]
-        length[active] += 1
-        taken += len(rows)
-        ended = (terminated | truncated) & active
-        if ended.any():
-            mask, ep_ret, ep_len = finished_episodes(info, n)
-            mask &= ended
-            ctx.record_episodes(step0 + taken, ep_ret[mask], ep_len[mask])
-            active &= ~ended
-    ctx.steps = step0 + taken
+    mask = torch.from_numpy(groups.mask)
+    _, episode = mask.nonzero(as_tuple=True)
     return EpisodeBatch(
-        obs=torch.cat(parts["obs"]),
-        actions=torch.cat(parts["actions"]),
-        log_probs=torch.cat(parts["logp"]),
-        episode=torch.cat(parts["episode"]),
-        returns=torch.from_numpy(ret).float(),
-        lengths=torch.from_numpy(length),
+        obs=groups.obs[mask],
+        actions=groups.actions[mask],
+        log_probs=torch.from_numpy(groups.log_probs)[mask],
+        episode=episode,
+        returns=torch.from_numpy(groups.returns).float(),
+        lengths=torch.from_numpy(groups.lengths),
     )
 
 
@@ -218,8 +197,10 @@ class PairwiseTrainer:
 
     def __init__(self, ctx: TrialContext, cfg: PairwiseConfig):
         self.ctx, self.cfg = ctx, cfg
-        self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cfg.max_episode_steps)
+        max_len, cap = episode_cap(ctx, cfg.max_episode_steps or 0)
+        self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
+        self.collector = EpisodeGroupCollector(ctx, self.envs, self.policy, group_size=1, max_len=max_len)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
         self.stop_at: float | None = None
         if cfg.early_stop_fraction is not None:
@@ -232,7 +213,7 @@ class PairwiseTrainer:
         ctx = self.ctx
         while ctx.steps < ctx.total_timesteps:
             with ctx.timer("rollout"):
-                batch = collect_episodes(ctx, self.envs, self.policy)
+                batch = flatten_episodes(self.collector.collect())
             with ctx.timer("update"):
                 metrics = self.update(batch, progress=ctx.steps / ctx.total_timesteps)
             ctx.record_update(metrics)
@@ -295,7 +276,7 @@ class PairwiseTrainer:
 
 @register(
     "grpo-pairwise",
-    version="1.0.0",
+    version="1.1.0",
     summary="Pairwise logistic comparison of returns within random groups of trajectories (document 003's 'GRPO')",
     reference=(
         "003_1e009463e86a4a6d.txt ('Group Relative Policy Optimization', pairwise form; not DeepSeekMath GRPO); "
