@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ PROGRESS_INTERVAL_S = 0.5
 
 def _worker(spec: TrialSpec, conn: Connection, models_dir: str | None) -> None:
     """Body of a trial process: resolve, run, send progress messages and finally the record."""
+    # Ctrl-C reaches the whole process group; only the parent handles it (it terminates the workers), so a
+    # worker never prints a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     last = [0.0]
 
     def progress(steps: int) -> None:

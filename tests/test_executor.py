@@ -71,3 +71,23 @@ def test_sigkill_mid_study_loses_no_finished_trial_and_rerun_completes(tmp_path)
         assert len(store.finished_keys()) == 6
         for k, r in saved.items():  # what was saved before the kill is untouched
             assert store.get_trial(k)["ended_at"] == r["ended_at"]
+
+
+def test_ctrl_c_exits_130_with_one_message_and_keeps_finished_trials(tmp_path):
+    db = tmp_path / "i.db"
+    argv = [sys.executable, "-m", "suite.cli", "run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-5",
+            "--steps", "3000", "--workers", "2", "--db", str(db), "--no-report", "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if db.exists():
+            with ResultsStore(db) as store:
+                if store.finished_keys():
+                    break
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    with ResultsStore(db) as store:
+        assert 1 <= len(store.finished_keys()) < 6
