@@ -160,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
     db_path = default_db_path(args.db)
     with ResultsStore(db_path) as store:
-        store.add_to_study(study.name, [r.key for r in resolved])
+        store.add_to_study(study.name, [r.key for r in resolved], tier="custom" if args.steps else args.tier or study.tier)
         done = store.finished_keys()
         todo = [r for r in resolved if r.key not in done]
         tier = args.tier or study.tier

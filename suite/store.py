@@ -145,7 +145,7 @@ _SCHEMA: tuple[str, ...] = (
     " PRIMARY KEY (key, idx, episode)) WITHOUT ROWID",
     # Study membership: a trial already recorded (by another study or an ad-hoc run) is skipped when a study
     # needs it again, but it belongs to that study's results too.
-    "CREATE TABLE study_trials (study TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (study, key)) WITHOUT ROWID",
+    "CREATE TABLE study_trials (study TEXT NOT NULL, key TEXT NOT NULL, tier TEXT, PRIMARY KEY (study, key)) WITHOUT ROWID",
     "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, metrics TEXT NOT NULL,"
     " update_i8 BLOB NOT NULL, step_i8 BLOB NOT NULL, values_f8 BLOB NOT NULL)",
 )
@@ -380,11 +380,19 @@ class ResultsStore:
         """Keys of all recorded trials, whatever their status (a resumed study skips these)."""
         return {row[0] for row in self._conn.execute("SELECT key FROM trials")}
 
-    def add_to_study(self, study: str, keys: Iterable[str]) -> None:
-        """Record that ``study`` includes these trial keys (whoever ran them), in one transaction."""
-        rows = [(study, k) for k in keys]
+    def add_to_study(self, study: str, keys: Iterable[str], tier: str | None = None) -> None:
+        """Record that ``study`` includes these trial keys (whoever ran them) at budget ``tier`` (``custom``
+        for a ``--steps`` budget), in one transaction; a later call for the same key replaces its tier."""
+        rows = [(study, k, tier) for k in keys]
         with self._transaction() as conn:
-            conn.executemany("INSERT OR IGNORE INTO study_trials (study, key) VALUES (?, ?)", rows)
+            conn.executemany("INSERT OR REPLACE INTO study_trials (study, key, tier) VALUES (?, ?, ?)", rows)
+
+    def study_tiers(self, study: str) -> dict[str, str]:
+        """``{trial key: tier}`` as recorded by :meth:`add_to_study` (keys without a recorded tier left out)."""
+        rows = self._conn.execute(
+            "SELECT key, tier FROM study_trials WHERE study = ? AND tier IS NOT NULL", (study,)
+        ).fetchall()
+        return dict(rows)
 
     def has_trial(self, key: str) -> bool:
         """Whether a trial with this key is recorded."""

@@ -479,3 +479,12 @@ def test_study_membership_includes_trials_recorded_by_another_run(tmp_path: Path
         store.add_to_study("quick", [make_record(0)["key"]])  # idempotent
         assert sorted(store.trials(study="quick")["seed"]) == [0, 1]
         assert list(store.trials(study="other")["seed"]) == [1]
+
+
+def test_study_tiers_are_recorded_per_key_and_replaced(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "t.db") as store:
+        k0, k1 = make_record(0)["key"], make_record(1)["key"]
+        store.add_to_study("s", [k0, k1], tier="quick")
+        store.add_to_study("s", [k1], tier="custom")
+        store.add_to_study("s", [k0])  # no tier: replaces with unknown
+        assert store.study_tiers("s") == {k1: "custom"}

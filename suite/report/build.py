@@ -65,6 +65,8 @@ class ReportData:
     """Replications of performance-profile bands."""
     seed: int
     """Base seed of every bootstrap."""
+    run_tiers: dict[str, str] = field(default_factory=dict)
+    """``{trial key: tier}`` the study was run at (recorded by ``suite run``; absent for older records)."""
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     """Statistics frames by display-table name (see :mod:`suite.report.display`)."""
     profile: dict[str, Any] | None = None
@@ -118,8 +120,9 @@ def load_study(study: str, db: str | os.PathLike[str] | None) -> ReportData:
             raise UserError(f"study {study!r} is not in {path}; it has: {has}")
         keys = trials["key"].tolist()
         curves, evals, updates = store.curves(keys), store.evals(keys), store.updates(keys)
+        run_tiers = store.study_tiers(study)
     return ReportData(
-        study=study, db_path=path, trials=trials, curves=curves, evals=evals, updates=updates,
+        study=study, db_path=path, trials=trials, curves=curves, evals=evals, updates=updates, run_tiers=run_tiers,
         reps=DEFAULT_REPS, poi_reps=default_poi_reps(trials["algo"].nunique(), DEFAULT_REPS),
         profile_reps=min(DEFAULT_REPS, POI_REPS), seed=0,
     )  # fmt: skip
@@ -250,15 +253,20 @@ def _study_tiers(study: str) -> dict[str, Any]:
 def budgets_frame(data: ReportData) -> pd.DataFrame:
     """Budget and seeds per (algo, env_label): ``algo, env_label, budget, tier, seeds, n_seeds, n_eval_episodes``.
 
-    ``tier`` names the budget tier(s) whose step budget matches (``custom`` when none does); trial records
-    store the budget, not the tier, so this is inferred from the study's tiers.
+    ``tier`` is the tier the study was run at, as ``suite run`` recorded it for each trial (``custom`` for a
+    ``--steps`` budget); for trials without a recorded tier it is inferred: the tier(s) whose step budget
+    matches (``custom`` when none does).
     """
     tiers = _study_tiers(data.study)
     rows = []
     for (algo, label), group in data.trials.groupby(["algo", "env_label"], sort=True):
         budgets = sorted({int(b) for b in group["budget"].dropna()})
         env_id = str(group["env_id"].iloc[0])
-        matched = sorted({t for b in budgets for t in tier_of(b, env_id, str(algo), tiers)})
+        recorded = {data.run_tiers.get(k) for k in group["key"]}
+        if None not in recorded:
+            matched = sorted(str(t) for t in recorded)
+        else:
+            matched = sorted({t for b in budgets for t in tier_of(b, env_id, str(algo), tiers)})
         seeds = sorted({int(s) for s in group["seed"]})
         rows.append(
             {
