@@ -39,6 +39,7 @@ def compute_gae(
     last_values: np.ndarray,
     gamma: float,
     gae_lambda: float,
+    delta_weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Generalised advantage estimation (Schulman et al. 2016, arXiv 1506.02438).
 
@@ -49,6 +50,8 @@ def compute_gae(
         last_values: ``(N,)`` V(s_T) of the observation after the last step.
         gamma: discount.
         gae_lambda: GAE lambda.
+        delta_weights: optional ``(T, N)`` factors on each TD error, ``A_t = sum_k (gamma lambda)^k w_{t+k}
+            delta_{t+k}`` (``ppo-rlvr-prm``'s variance weighting); None = 1.
 
     Returns:
         ``(advantages, returns)``, both ``(T, N)`` float32, with returns = advantages + values.
@@ -60,6 +63,8 @@ def compute_gae(
     for t in range(T - 1, -1, -1):
         non_terminal = 1.0 - dones[t]
         delta = rewards[t] + gamma * next_values * non_terminal - values[t]
+        if delta_weights is not None:
+            delta = delta * delta_weights[t]
         last = delta + gamma * gae_lambda * non_terminal * last
         adv[t] = last
         next_values = values[t]

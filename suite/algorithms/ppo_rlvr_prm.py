@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from suite.algorithms.actor_critic import ActorCriticConfig, ActorCriticTrainer, actor_critic_policy, ppo_policy_value_loss
-from suite.algorithms.core import Minibatch, Rollout
+from suite.algorithms.core import Minibatch, Rollout, compute_gae
 from suite.algorithms.networks import ActorCritic, CategoricalHead, GaussianHead
 from suite.config import Schedule
 from suite.registry import register
@@ -101,15 +101,10 @@ def variance_weighted_advantages(
     Returns:
         ``(advantages (T, N), sigma2 (T, N))``; delta uses the heads' mean, sigma2 their population variance.
     """
-    v, next_v = values.mean(-1), np.concatenate([values.mean(-1)[1:], last_values.mean(-1)[None]], 0)
     sigma2 = values.var(-1)
-    non_terminal = 1.0 - dones
-    weighted = (rewards + gamma * next_v * non_terminal - v) / (1.0 + sigma2)
-    adv = np.zeros_like(weighted, dtype=np.float32)
-    acc = np.zeros(weighted.shape[1:], dtype=np.float32)
-    for t in range(weighted.shape[0] - 1, -1, -1):
-        acc = weighted[t] + gamma * gae_lambda * non_terminal[t] * acc
-        adv[t] = acc
+    adv, _ = compute_gae(
+        rewards, values.mean(-1), dones, last_values.mean(-1), gamma, gae_lambda, delta_weights=1.0 / (1.0 + sigma2)
+    )
     return adv, sigma2.astype(np.float32)
 
 
@@ -226,7 +221,7 @@ def prm_js(
 
 @register(
     "ppo-rlvr-prm",
-    version="1.0.0",
+    version="1.0.1",
     summary="PPO + variance-weighted advantages (value ensemble) + entropy/JS/smoothness regulariser (document 004)",
     reference=(
         "004_f1fcbbd2bdebb4e5.txt ('GRPO = PPO + RLVR + PRM'); PPO: Schulman et al. 2017, arXiv 1707.06347; "
