@@ -7,6 +7,7 @@ an interrupted run exits 130 after saying how many trials were saved.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -154,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not sep or not key.strip():
                 raise UserError(f"--env-arg expects key=value, got {item!r}")
             env_kwargs[key.strip()] = value.strip().strip('"')
-        specs = [type(s)(**{**s.__dict__, "env_kwargs": {**s.env_kwargs, **env_kwargs}}) for s in specs]
+        specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_kwargs}) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs

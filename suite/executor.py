@@ -140,7 +140,7 @@ def run_trials(
                             else:
                                 record = payload
                     except (EOFError, OSError):
-                        pass
+                        pass  # the worker closed its end (exited); a missing record is handled just below
                 if record is None and not r.process.is_alive():
                     r.process.join()
                     record = failure_record(
