@@ -16,12 +16,13 @@ Guarantees:
       ``PRAGMA user_version`` = :data:`SCHEMA_VERSION`; any other file is refused with a :class:`UserError`, and
       is never modified.
 
-Schema (version 1):
+Schema (version 2):
     ``meta(name, value)``
         ``format`` = ``rl-suite-results``, ``schema_version``, ``created_at``, ``created_by`` (suite version).
     ``trials``
         One row per trial, primary key ``key``: the scalar fields of the trial record as columns, and
-        ``env_kwargs``, ``config``, ``provenance`` as JSON text.
+        ``env_kwargs``, ``config``, ``provenance``, ``phases`` (time and memory per training phase) and ``metrics``
+        (trial-level scalars an algorithm or env adds, e.g. sample diversity) as JSON text.
     ``curves(key, n, step_i8, return_f8, length_i8)``
         One row per trial. The learning curve (one entry per finished training episode) is stored *column-wise*
         as little-endian numpy blobs (``int64`` steps, ``float64`` returns, ``int64`` lengths). A trial has up to
@@ -41,6 +42,7 @@ access to curves and updates, use :meth:`ResultsStore.export` to CSV or Parquet.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -61,8 +63,10 @@ from suite.provenance import utc_now_iso
 APPLICATION_ID = 0x524C5354
 """``PRAGMA application_id`` of a results database: ASCII ``RLST``; tells our files from other SQLite files."""
 
-SCHEMA_VERSION = 1
-"""``PRAGMA user_version`` of databases this module writes; a file with a larger one was written by a newer suite."""
+SCHEMA_VERSION = 2
+"""``PRAGMA user_version`` of databases this module writes; a file with a larger one was written by a newer suite.
+Version 2 added the trial columns ``attempts``, ``failure_kind``, ``phases`` and ``metrics``; a version-1 file is
+upgraded in place when opened (columns are only ever added, so the upgrade is one ``ALTER TABLE`` per column)."""
 
 FORMAT_NAME = "rl-suite-results"
 
@@ -118,15 +122,22 @@ _TRIAL_COLUMNS: dict[str, str] = {
     "model_path": "text",
     "suite_version": "text",
     "format": "int",
+    # schema version 2
+    "attempts": "int",
+    "failure_kind": "text",
+    "phases": "json",
+    "metrics": "json",
 }
 _REQUIRED: frozenset[str] = frozenset({"key", "algo", "env_id", "seed", "status"})
-_JSON_DEFAULTS: dict[str, Any] = {"env_kwargs": {}, "config": {}, "provenance": {}}
+_JSON_DEFAULTS: dict[str, Any] = {"env_kwargs": {}, "config": {}, "provenance": {}, "phases": {}, "metrics": {}}
+_ADDED_IN_V2: frozenset[str] = frozenset({"attempts", "failure_kind", "phases", "metrics"})
+"""Columns a version-1 file lacks; they are nullable there (read back as None, or the JSON default)."""
 _SERIES_FIELDS: frozenset[str] = frozenset({"curve", "evals", "updates"})
 RECORD_FIELDS: frozenset[str] = frozenset(_TRIAL_COLUMNS) | _SERIES_FIELDS
 """Every key a trial record may have; :meth:`ResultsStore.save_trial` rejects others."""
 
 _SQL_TYPES = {"text": "TEXT", "int": "INTEGER", "real": "REAL", "json": "TEXT"}
-_NOT_NULL = _REQUIRED | frozenset(_JSON_DEFAULTS)
+_NOT_NULL = (_REQUIRED | frozenset(_JSON_DEFAULTS)) - _ADDED_IN_V2
 
 _SCHEMA: tuple[str, ...] = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -261,6 +272,24 @@ class ResultsStore:
                 f"{self.path} is not a rl-suite results database (schema version {version}, "
                 f"missing tables: {', '.join(sorted(missing)) or 'none'})"
             )
+        if version < SCHEMA_VERSION:
+            self._upgrade(conn)
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Add the trial columns of later schema versions (nullable), in one transaction, then bump the version."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:  # another process may have won
+                have = {row[1] for row in conn.execute("PRAGMA table_info(trials)")}
+                for name, kind in _TRIAL_COLUMNS.items():
+                    if name not in have:
+                        conn.execute(f"ALTER TABLE trials ADD COLUMN {name} {_SQL_TYPES[kind]}")
+                conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
 
     def _create_schema(self, conn: sqlite3.Connection) -> None:
         # Several workers may open a fresh path at the same moment: take the write lock, then look again.
@@ -753,7 +782,8 @@ def _trials_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     dtypes: dict[str, Any] = {}
     for name, kind in _TRIAL_COLUMNS.items():
         if kind == "json":
-            frame[name] = [json.loads(text) for text in frame[name]]
+            default = _JSON_DEFAULTS.get(name)
+            frame[name] = [json.loads(text) if text is not None else copy.deepcopy(default) for text in frame[name]]
         elif kind == "real":
             dtypes[name] = "float64"
         elif kind == "int":
