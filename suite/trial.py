@@ -38,7 +38,29 @@ from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
 TRAIN_SEED_STRIDE = 10_000
 EVAL_SEED_BASE = 2**30
 EVAL_SEED_STRIDE = 1_000
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
+
+PHASES = ("rollout", "advantages", "update", "eval")
+"""The phases of a trial, timed (and, with a probe, measured for memory) separately. Every algorithm runs its loop
+inside them: ``rollout`` (acting and storing), ``advantages`` (returns/advantages of the batch), ``update``
+(gradient steps) and ``eval`` (the trial's evaluations). Training time is the sum of all but ``eval``."""
+
+
+class PhaseProbe(Protocol):
+    """Something measured around every phase (the memory profiler is one); registered with
+    :meth:`TrialContext.add_probe`. Calls must be cheap: they happen several times per update."""
+
+    def enter(self, phase: str) -> None:
+        """A phase starts (phases never nest)."""
+        ...
+
+    def exit(self, phase: str) -> None:
+        """The phase that started last ends."""
+        ...
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per phase, the fields to merge into the record's ``phases[phase]``."""
+        ...
 
 
 class Agent(Protocol):
@@ -62,7 +84,9 @@ class TrialSpec:
     seed: int
     """Trial seed (>= 0)."""
     total_timesteps: int
-    """Env-step budget; on-policy algorithms stop at the first rollout boundary at or past it."""
+    """Env-step budget. Every algorithm stops at it (rounded up to whole steps of its vector env, so the overshoot
+    is below ``n_envs``): the last rollout is shortened, episode-group algorithms train on the groups completed
+    within it, SB3's ``learn`` is stopped by the trial callback. The record's ``steps`` is what was trained."""
     overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Hyperparameter overrides applied over the per-env defaults."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -189,7 +213,13 @@ class TrialContext:
         self.curve_length: list[int] = []
         self.evals: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
-        self.times: dict[str, float] = {"rollout": 0.0, "update": 0.0, "eval": 0.0}
+        self.metrics: dict[str, float] = {}
+        """Trial-level scalars beyond the standard record (an algorithm's or env's own), see :meth:`record_metric`."""
+        self.times: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.phase_calls: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self.probes: list[PhaseProbe] = []
+        self._phase: str | None = None
+        self._phase_t0 = 0.0
         self._envs: list[Any] = []
         self._next_eval = resolved.eval_freq
         self._progress = progress
@@ -207,14 +237,71 @@ class TrialContext:
         """``k`` fresh training reset seeds from the trial's stream (disjoint from evaluation seeds)."""
         return self.seed_rng.integers(0, EVAL_SEED_BASE, size=k)
 
-    # -- recording -----------------------------------------------------------------------------------------
+    @property
+    def remaining_steps(self) -> int:
+        """Env steps left in the budget; an algorithm collects at most this many more (rounded up to whole
+        vector steps), so every algorithm is evaluated at the same step count."""
+        return max(self.total_timesteps - self.steps, 0)
+
+    # -- phases ----------------------------------------------------------------------------------------------
+    def add_probe(self, probe: PhaseProbe) -> None:
+        """Measure ``probe`` around every phase from now on."""
+        self.probes.append(probe)
+
+    def begin_phase(self, name: str) -> None:
+        """Start phase ``name`` (ending the current one, if any). For loops that are not a ``with`` block, like
+        SB3's callbacks; prefer :meth:`phase`."""
+        if name not in self.times:
+            raise ValueError(f"unknown phase {name!r}; phases: {', '.join(PHASES)}")
+        self.end_phase()
+        for probe in self.probes:
+            probe.enter(name)
+        self._phase, self._phase_t0 = name, time.perf_counter()
+
+    def end_phase(self) -> None:
+        """End the current phase (no-op when none is running)."""
+        if self._phase is None:
+            return
+        name, self._phase = self._phase, None
+        self.times[name] += time.perf_counter() - self._phase_t0
+        self.phase_calls[name] += 1
+        for probe in self.probes:
+            probe.exit(name)
+
     @contextlib.contextmanager
-    def timer(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
+    def phase(self, name: str) -> Iterator[None]:
+        """``with ctx.phase("rollout"): ...``: time (and probe) one phase of the loop."""
+        outer = self._phase
+        if outer is not None:
+            self.end_phase()
+        self.begin_phase(name)
         try:
             yield
         finally:
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+            self.end_phase()
+            if outer is not None:
+                self.begin_phase(outer)
+
+    def train_time(self) -> float:
+        """Seconds spent training so far: every phase but ``eval``."""
+        return sum(t for name, t in self.times.items() if name != "eval")
+
+    def phases_record(self) -> dict[str, dict[str, Any]]:
+        """``{phase: {"time_s", "calls", ...probe fields}}`` for the phases that ran."""
+        out = {
+            name: {"time_s": self.times[name], "calls": self.phase_calls[name]}
+            for name in self.times
+            if self.phase_calls[name]
+        }
+        for probe in self.probes:
+            for name, fields in probe.summary().items():
+                out.setdefault(name, {"time_s": 0.0, "calls": 0}).update(fields)
+        return out
+
+    # -- recording -----------------------------------------------------------------------------------------
+    def record_metric(self, name: str, value: float) -> None:
+        """A trial-level scalar (stored in the record's ``metrics``; the last value of a name wins)."""
+        self.metrics[name] = float(value)
 
     def record_episodes(self, step: int, returns: np.ndarray, lengths: np.ndarray) -> None:
         """Finished training episodes (raw score) ending at global env step ``step``."""
@@ -238,7 +325,7 @@ class TrialContext:
             self._progress(self.steps)
 
     def evaluate(self, agent: Agent, final: bool) -> dict[str, Any]:
-        with self.timer("eval"):
+        with self.phase("eval"):
             returns, lengths = evaluate_policy(
                 lambda o: agent.predict(o, deterministic=True), self.env_id, self.env_kwargs, self._eval_seeds
             )
@@ -247,7 +334,7 @@ class TrialContext:
             "final": final,
             "returns": returns.tolist(),
             "lengths": lengths.tolist(),
-            "wall_time_s": self.times["rollout"] + self.times["update"],  # training time so far, evaluation excluded
+            "wall_time_s": self.train_time(),  # training time so far, evaluation excluded
         }
         self.evals.append(row)
         return row
@@ -337,7 +424,7 @@ def run_trial(
     seed_everything(spec.seed, spec.threads)
     baseline_rss = _current_rss_mb()
     ctx = TrialContext(resolved, progress)
-    status, error, tb, model_path = "ok", None, None, None
+    status, error, tb, model_path, failure_kind = "ok", None, None, None, None
     try:
         agent = resolved.algo.train(ctx, resolved.config)
         last = ctx.evals[-1] if ctx.evals else None
@@ -349,26 +436,29 @@ def run_trial(
             model_path = Path(models_dir) / f"{resolved.key}.pt"
             save_model(model_path, agent, resolved)
     except Diverged as exc:
-        status, error, tb = "diverged", f"Diverged: {exc}", traceback.format_exc()
+        status, error, tb, failure_kind = "diverged", f"Diverged: {exc}", traceback.format_exc(), "diverged"
     except Exception as exc:  # noqa: BLE001  (failures are data: record, never propagate)
-        status, error, tb = "failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()
+        status, error, tb, failure_kind = "failed", f"{type(exc).__name__}: {exc}", traceback.format_exc(), "exception"
     finally:
+        ctx.end_phase()
         ctx.close()
     return _assemble(
         resolved, ctx, status=status, error=error, tb=tb, wall=time.perf_counter() - t0, started=started,
-        model_path=model_path, baseline_rss=baseline_rss, peak_rss=_peak_rss_mb(),
+        model_path=model_path, baseline_rss=baseline_rss, peak_rss=_peak_rss_mb(), failure_kind=failure_kind,
     )  # fmt: skip
 
 
-def failure_record(resolved: ResolvedTrial, error: str, wall_time_s: float = 0.0) -> dict[str, Any]:
-    """The record of a trial whose process died before it could report (crash, OOM kill)."""
+def failure_record(
+    resolved: ResolvedTrial, error: str, wall_time_s: float = 0.0, failure_kind: str = "worker_died"
+) -> dict[str, Any]:
+    """The record of a trial whose process died before it could report (crash, OOM kill, timeout)."""
     from suite.provenance import utc_now_iso
 
     ctx = TrialContext(resolved)
     now = utc_now_iso()
     return _assemble(
         resolved, ctx, status="failed", error=error, tb=None, wall=wall_time_s, started=now,
-        model_path=None, baseline_rss=None, peak_rss=None,
+        model_path=None, baseline_rss=None, peak_rss=None, failure_kind=failure_kind,
     )  # fmt: skip
 
 
@@ -384,11 +474,12 @@ def _assemble(
     model_path: Path | None,
     baseline_rss: float | None,
     peak_rss: float | None,
+    failure_kind: str | None = None,
 ) -> dict[str, Any]:
     from suite.provenance import collect_provenance, utc_now_iso
 
     spec = resolved.spec
-    train_time = ctx.times["rollout"] + ctx.times["update"]
+    train_time = ctx.train_time()
     final = next((e for e in reversed(ctx.evals) if e["final"]), None)
     final_returns = np.asarray(final["returns"]) if final else None
     return {
@@ -413,7 +504,7 @@ def _assemble(
         "steps": ctx.steps,
         "wall_time_s": wall,
         "rollout_time_s": ctx.times["rollout"],
-        "update_time_s": ctx.times["update"],
+        "update_time_s": train_time - ctx.times["rollout"],  # advantages + gradient steps
         "eval_time_s": ctx.times["eval"],
         "steps_per_second": ctx.steps / train_time if train_time > 0 else 0.0,
         "peak_rss_mb": peak_rss,
@@ -428,6 +519,10 @@ def _assemble(
         "curve": {"step": ctx.curve_step, "return": ctx.curve_return, "length": ctx.curve_length},
         "evals": ctx.evals,
         "updates": ctx.updates,
+        "attempts": 1,
+        "failure_kind": failure_kind,
+        "phases": ctx.phases_record(),
+        "metrics": dict(ctx.metrics),
     }
 
 
@@ -435,7 +530,7 @@ def deterministic_view(record: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a record that must be identical when a trial is run twice (no clocks, no memory)."""
     volatile = {
         "wall_time_s", "rollout_time_s", "update_time_s", "eval_time_s", "steps_per_second", "peak_rss_mb",
-        "baseline_rss_mb", "provenance", "started_at", "ended_at", "model_path", "traceback",
+        "baseline_rss_mb", "provenance", "started_at", "ended_at", "model_path", "traceback", "phases", "attempts",
     }  # fmt: skip
     out = {k: v for k, v in record.items() if k not in volatile}
     out["evals"] = [{k: v for k, v in e.items() if k != "wall_time_s"} for e in record.get("evals", [])]

@@ -276,12 +276,17 @@ class _ScriptedCollector:
     def __init__(self, batches: list[EpisodeGroups]):
         self.batches = batches
 
-    def collect(self) -> EpisodeGroups:
+    def collect(self, max_samples: int | None = None) -> EpisodeGroups:
         return self.batches.pop(0)
+
+
+class _UnboundedBudget:
+    remaining_steps = 10**9
 
 
 def test_dapo_drops_and_resamples_zero_spread_groups() -> None:
     trainer = GRPOTrainer.__new__(GRPOTrainer)
+    trainer.ctx = _UnboundedBudget()
     trainer.cfg = GRPOConfig(group_size=2, n_groups=2, loss_agg="dapo", max_resample_rounds=1)
     first = _batch([[1.0], [1.0], [1.0, 1.0], [1.0]], 2)  # group 0 no spread, group 1 returns 2 and 1
     second = _batch([[3.0], [1.0], [5.0], [5.0]], 2)  # group 0 returns 3 and 1, group 1 no spread
@@ -304,7 +309,9 @@ def test_determinism_records_and_parameters(tmp_path) -> None:
     recs = [run_trial(spec.resolve(), models_dir=tmp_path / str(i)) for i in range(2)]
     assert recs[0]["status"] == "ok", recs[0]["error"]
     assert deterministic_view(recs[0]) == deterministic_view(recs[1])
-    assert len(recs[0]["updates"]) > 5 and recs[0]["steps"] >= 3000
+    assert len(recs[0]["updates"]) > 5
+    # stops at the budget (at most one lockstep of the G*K sub-envs past it), never a whole batch later
+    assert 3000 <= recs[0]["steps"] < 3000 + 8 * 4
     for key in ("policy_loss", "kl_ref", "clip_fraction", "zero_spread_frac", "mean_group_std", "entropy", "grad_norm",
                 "grad_var", "learning_rate", "resampled_groups", "ep_return_mean", "ep_length_mean"):  # fmt: skip
         assert key in recs[0]["updates"][-1], key
@@ -323,3 +330,39 @@ def test_learns_cartpole_ci_sized() -> None:
     rec = run_trial(TrialSpec("grpo", "CartPole-v1", 0, 15_000, n_eval_episodes=5).resolve())
     assert rec["status"] == "ok", rec["error"]
     assert rec["final_eval_mean"] > 150  # random policy: about 22
+
+
+def test_budget_cuts_the_last_batch_to_its_complete_groups() -> None:
+    """At the budget, collection stops; only groups whose episodes all ended are trained on, and the steps
+    counted are the steps taken (never a whole batch past the budget)."""
+    spec = TrialSpec("grpo", "CartPole-v1", 0, 10_000, overrides={"group_size": 2, "n_groups": 4}).resolve()
+    ctx = TrialContext(spec)
+    try:
+        trainer = GRPOTrainer(ctx, ctx.resolved.config)
+        batch = trainer.collector.collect(max_samples=40)  # CartPole episodes under a random policy last ~10-40 steps
+        assert 40 <= ctx.steps < 40 + 8
+        assert batch.finished is not None and not batch.finished.all()
+        kept = batch.complete_groups()
+        if kept is not None:
+            assert kept.finished is None or kept.finished.all()
+            assert kept.n_groups < 4 and kept.env_steps == batch.env_steps
+        assert sum(ctx.curve_length) == int(batch.lengths[batch.finished].sum())
+    finally:
+        ctx.close()
+
+
+def test_episodes_cut_by_the_suite_cap_stay_out_of_the_curve() -> None:
+    """A cap below the env's limit makes partial episodes (Pong games cut at 1000 steps): trained on, counted in
+    the trial's metrics, but not recorded as finished episodes (the curve holds whole episodes only)."""
+    overrides = {"group_size": 4, "n_groups": 4, "max_episode_steps": 12}
+    ctx = TrialContext(TrialSpec("grpo", "CartPole-v1", 1, 10_000, overrides=overrides).resolve())
+    try:
+        trainer = GRPOTrainer(ctx, ctx.resolved.config)
+        batch = trainer.collector.collect()
+        partial = batch.truncated & (batch.lengths == 12)
+        assert partial.any() and not partial.all()
+        assert ctx.metrics == {"episode_cap": 12, "capped_episodes": int(partial.sum())}
+        assert sorted(ctx.curve_length) == sorted(batch.lengths[~partial].tolist())
+        assert ctx.steps == batch.lengths.sum()  # trained on (and counted) all the same
+    finally:
+        ctx.close()

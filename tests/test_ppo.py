@@ -50,10 +50,41 @@ def test_record_has_measurements_and_provenance():
     assert len(rec["key"]) == 64 and rec["config"]["n_steps"] == 32
 
 
+def test_training_stops_exactly_at_the_budget():
+    """1000 steps of 8 envs x 32 steps: three full rollouts (768) and a last one cut to 29 steps per env (232),
+    so ppo is evaluated at the same step count as every other algorithm."""
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 1000, n_eval_episodes=2).resolve())
+    assert rec["status"] == "ok" and rec["steps"] == 1000
+    assert [u["step"] for u in rec["updates"]] == [256, 512, 768, 1000]
+    assert rec["evals"][-1]["step"] == 1000 and rec["curve"]["step"][-1] <= 1000
+    # a budget that is not a multiple of n_envs ends at the next whole vector step
+    assert run_trial(TrialSpec("ppo", "CartPole-v1", 0, 1001, n_eval_episodes=1).resolve())["steps"] == 1008
+
+
+def test_target_kl_stops_before_the_offending_step():
+    """SB3's semantics: the minibatch whose approx KL exceeds 1.5 x target_kl is measured but not stepped on. The
+    first minibatch of an update has KL 0 (pi = pi_old); any step makes the next one positive."""
+    spec = TrialSpec("ppo", "CartPole-v1", 0, 512, overrides={"target_kl": 1e-12, "learning_rate": 1e-3}, n_eval_episodes=1)
+    rec = run_trial(spec.resolve())
+    assert rec["status"] == "ok"
+    assert [u["n_minibatches"] for u in rec["updates"]] == [1.0, 1.0]  # 20 epochs x 1 minibatch without target_kl
+
+
+def test_phases_are_timed_and_add_up_to_training_time():
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, n_eval_episodes=2).resolve())
+    phases = rec["phases"]
+    assert set(phases) == {"rollout", "advantages", "update", "eval"}
+    assert phases["rollout"]["calls"] == phases["advantages"]["calls"] == phases["update"]["calls"] == 2
+    assert phases["eval"]["calls"] == len(rec["evals"])
+    train = sum(phases[p]["time_s"] for p in ("rollout", "advantages", "update"))
+    assert rec["rollout_time_s"] + rec["update_time_s"] == pytest.approx(train)
+    assert rec["steps_per_second"] == pytest.approx(rec["steps"] / train)
+
+
 def test_failure_is_recorded_not_raised(monkeypatch):
     import suite.algorithms.ppo as ppo_mod
 
-    def boom(self, rollout, progress):
+    def boom(self, rollout, adv, ret, progress):
         raise RuntimeError("boom in update")
 
     monkeypatch.setattr(ppo_mod.PPOTrainer, "update", boom)

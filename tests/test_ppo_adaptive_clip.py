@@ -59,6 +59,27 @@ def test_fixed_reference_std():
         ctx.close()
 
 
+def test_tracking_rule_moves_delta_toward_the_target_at_a_decaying_rate():
+    """Document 000's literal reading: delta starts at delta_init (the base), moves toward the ratio rule's target
+    by delta_lr * 0.9 ** (update // 10) of the gap each update."""
+    trainer, ctx = make_trainer(
+        clip_rule="tracking", clip_range=0.2, clip_std_ref=1.0, clip_std_exponent=1.0, clip_max=1.0, delta_lr=0.5
+    )
+    try:
+        adv = np.array([[2.0], [-2.0]], dtype=np.float32)  # std 2: target 0.2 * 2 = 0.4
+        m = trainer.begin_update(None, adv, progress=0.0)
+        assert m["clip_target"] == pytest.approx(0.4) and m["delta_lr"] == 0.5
+        assert trainer.clip == pytest.approx(0.2 + 0.5 * (0.4 - 0.2))
+        trainer.n_updates = 10  # the 11th update: rate 0.5 * 0.9
+        before = trainer.delta
+        m = trainer.begin_update(None, adv, progress=0.0)
+        assert m["delta_lr"] == pytest.approx(0.45)
+        assert trainer.clip == pytest.approx(before + 0.45 * (0.4 - before))
+        assert m["clip_at_floor"] == 0.0
+    finally:
+        ctx.close()
+
+
 def test_learning_rate_step_decay_every_ten_updates():
     trainer, ctx = make_trainer(learning_rate=1e-3, lr_decay_every=10, lr_decay_factor=0.9)
     try:

@@ -61,7 +61,8 @@ class ActorCriticConfig:
     normalize_advantage: bool = True
     """Normalise advantages per minibatch."""
     target_kl: float | None = None
-    """Stop the epochs of an update early when approx KL exceeds 1.5 x this (SB3 semantics); None = never."""
+    """Stop the epochs of an update early when a minibatch's approx KL exceeds 1.5 x this, before its gradient
+    step (SB3 semantics); None = never."""
     normalize: bool = False
     """Observation and reward normalisation (the zoo's ``normalize: true``, needed on MuJoCo)."""
     adam_eps: float = 1e-5
@@ -114,10 +115,16 @@ class ActorCriticTrainer:
     def train(self) -> ActorCritic:
         ctx = self.ctx
         while ctx.steps < ctx.total_timesteps:
-            with ctx.timer("rollout"):
-                rollout = self.collector.collect()
-            with ctx.timer("update"):
-                metrics = self.update(rollout, progress=ctx.steps / ctx.total_timesteps)
+            # collect rollout (the last one shortened to the budget left)
+            with ctx.phase("rollout"):
+                rollout = self.collector.collect(ctx.remaining_steps)
+            progress = ctx.steps / ctx.total_timesteps
+            # compute advantages
+            with ctx.phase("advantages"):
+                adv, ret = self.advantages(rollout)
+            # optimise
+            with ctx.phase("update"):
+                metrics = self.update(rollout, adv, ret, progress=progress)
             ctx.record_update(metrics)
             ctx.after_iteration(self.policy)
         return self.policy
@@ -143,9 +150,9 @@ class ActorCriticTrainer:
         raise NotImplementedError
 
     # -- one update --------------------------------------------------------------------------------------
-    def update(self, rollout: Rollout, progress: float) -> dict[str, float]:
+    def update(self, rollout: Rollout, adv: np.ndarray, ret: np.ndarray, progress: float) -> dict[str, float]:
+        """Epochs of minibatch steps on ``rollout`` with advantages ``adv`` and value targets ``ret`` (T, N[, H])."""
         cfg = self.cfg
-        adv, ret = self.advantages(rollout)
         extra_metrics = self.begin_update(rollout, adv, progress)
         lr = self.stepper.begin_update(progress)
         n = rollout.n_samples
@@ -157,7 +164,7 @@ class ActorCriticTrainer:
         t_ret = torch.from_numpy(ret.reshape(n, *ret.shape[2:]))
         extra = self.minibatch_extra(rollout)
         sums: dict[str, float] = {}
-        count = 0
+        count = steps = 0
         stop = False
         for _epoch in range(cfg.n_epochs):
             perm = torch.randperm(n)
@@ -168,13 +175,15 @@ class ActorCriticTrainer:
                     {k: v[idx] for k, v in extra.items()},
                 )  # fmt: skip
                 loss, m = self.loss(mb)
-                self.stepper.step(loss)
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
                 if cfg.target_kl is not None and float(m["approx_kl"]) > 1.5 * cfg.target_kl:
+                    # SB3 (ppo.py): the minibatch that crosses the limit is measured but not stepped on.
                     stop = True
                     break
+                self.stepper.step(loss)
+                steps += 1
             if stop:
                 break
         check_finite_params(self.policy)
@@ -183,7 +192,7 @@ class ActorCriticTrainer:
         out.update(self.stepper.end_update())
         out.update(extra_metrics)
         out["learning_rate"] = lr
-        out["n_minibatches"] = float(count)
+        out["n_minibatches"] = float(steps)  # gradient steps taken
         if self.policy.vf is not None:
             out["explained_variance"] = explained_variance(rollout.values.mean(-1).ravel(), ret.reshape(n, -1)[:, 0])
         return out

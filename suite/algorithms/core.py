@@ -146,11 +146,13 @@ class RolloutCollector:
         self.buf_dones = np.zeros((T, N), dtype=np.float32)
         self.has_critic = policy.vf is not None
 
-    def collect(self) -> Rollout:
-        """Fill the buffers with ``n_steps`` steps of every env and return them as a :class:`Rollout`."""
+    def collect(self, max_samples: int | None = None) -> Rollout:
+        """Fill the buffers with ``n_steps`` steps of every env (fewer when ``max_samples``, the budget left, is
+        smaller: ``ceil(max_samples / n_envs)`` steps) and return them as a :class:`Rollout` (views of the buffers)."""
         policy, envs, ctx = self.policy, self.envs, self.ctx
         step0 = ctx.steps
-        for t in range(self.n_steps):
+        T = self.n_steps if max_samples is None else max(1, min(self.n_steps, -(-max_samples // self.n_envs)))
+        for t in range(T):
             x = policy.prepare_obs(self.obs, update_stats=self.update_obs_stats)
             actions, logp, values = policy.act(x)
             a_np = actions.numpy()
@@ -179,13 +181,16 @@ class RolloutCollector:
                 if ep_mask.any():
                     ctx.record_episodes(step0 + (t + 1) * self.n_envs, ep_ret[ep_mask], ep_len[ep_mask])
             self.obs = obs
-        ctx.steps = step0 + self.n_steps * self.n_envs
+        ctx.steps = step0 + T * self.n_envs
         H = self.buf_values.shape[-1]
         last = np.zeros((self.n_envs, H), dtype=np.float32)
         if self.has_critic:
             with torch.no_grad():
                 last = policy.values(policy.prepare_obs(self.obs)).numpy()
-        return Rollout(self.buf_obs, self.buf_actions, self.buf_logp, self.buf_values, self.buf_rewards, self.buf_dones, last)
+        return Rollout(
+            self.buf_obs[:T], self.buf_actions[:T], self.buf_logp[:T], self.buf_values[:T], self.buf_rewards[:T],
+            self.buf_dones[:T], last,
+        )  # fmt: skip
 
 
 # -- optimisation -----------------------------------------------------------------------------------------

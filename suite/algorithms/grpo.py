@@ -18,7 +18,13 @@ out (never trained on, never recorded). ``ctx.steps`` counts only the transition
 
 Truncation: an episode cut by ``max_episode_steps`` (or the env's own limit) has the return it got; there is
 no critic to bootstrap from, so a truncated episode is scored as if it had ended (``truncated_frac`` says how
-often that happens). Keep the cap long enough that good and bad episodes still differ before it.
+often that happens). Keep the cap long enough that good and bad episodes still differ before it. An episode
+cut by the suite's cap (below the env's own limit, e.g. Pong games capped at 1000 steps) is a partial game: it
+is trained on but NOT recorded in the learning curve, which holds whole episodes only (the same quantity the
+PPO family records); the trial's ``metrics`` say how many were left out (``capped_episodes``) and the cap.
+
+Budget: the collector stops once the trial's budget is spent (at most ``n_envs - 1`` steps past it); only the
+groups whose episodes all finished by then are trained on, so every algorithm stops at the same step count.
 
 The episode-group collection (:class:`EpisodeGroupCollector`, :class:`EpisodeGroups`) is independent of the
 loss, so other group-based algorithms can import it.
@@ -174,6 +180,8 @@ class EpisodeGroups:
     """G."""
     env_steps: int
     """Sub-env steps executed to collect these episodes, padding included."""
+    finished: np.ndarray | None = None
+    """``(N,)`` bool: the episode ended (None = all did). False only when the budget ran out mid-episode."""
 
     @property
     def n_groups(self) -> int:
@@ -194,7 +202,20 @@ class EpisodeGroups:
             self.obs[:T, tc].clone(), self.actions[:T, tc].clone(), self.log_probs[:T, cols].copy(),
             self.rewards[:T, cols].copy(), self.mask[:T, cols].copy(), self.lengths[cols].copy(),
             self.truncated[cols].copy(), self.seeds[np.asarray(groups, dtype=np.int64)].copy(), G, 0,
+            None if self.finished is None else self.finished[cols].copy(),
         )  # fmt: skip
+
+    def complete_groups(self) -> EpisodeGroups | None:
+        """The groups whose G episodes all finished (``self`` when all did; None when none did). The copy keeps
+        ``env_steps`` (the steps executed to collect the whole batch)."""
+        if self.finished is None or self.finished.all():
+            return self
+        done = self.finished.reshape(self.n_groups, self.group_size).all(1)
+        if not done.any():
+            return None
+        out = self.select_groups(np.flatnonzero(done))
+        out.env_steps = self.env_steps
+        return out
 
     @staticmethod
     def concat(parts: list[EpisodeGroups]) -> EpisodeGroups:
@@ -257,7 +278,9 @@ class EpisodeGroupCollector:
     next :meth:`collect` (copy with :meth:`EpisodeGroups.select_groups` to keep it).
     """
 
-    def __init__(self, ctx: TrialContext, envs: Any, policy: ActorCritic, group_size: int, max_len: int):
+    def __init__(
+        self, ctx: TrialContext, envs: Any, policy: ActorCritic, group_size: int, max_len: int, cap: int | None = None
+    ):
         """
         Args:
             ctx: The trial (seeds, step counter, episode recorder).
@@ -266,8 +289,15 @@ class EpisodeGroupCollector:
             policy: Acts with one call per step for all sub-envs.
             group_size: G.
             max_len: Longest possible episode; the buffers hold ``max_len`` steps.
+            cap: The suite's episode cap when it is below the env's own limit (:func:`episode_cap`); episodes
+                truncated by it are partial and stay out of the learning curve.
         """
         self.ctx, self.envs, self.policy = ctx, envs, policy
+        self.cap = cap
+        self.capped_episodes = 0
+        if cap is not None:
+            ctx.record_metric("episode_cap", cap)
+            ctx.record_metric("capped_episodes", 0)
         self.n_envs = N = envs.num_envs
         if N % group_size:
             raise ValueError(f"{N} sub-envs do not split into groups of {group_size}")
@@ -289,8 +319,13 @@ class EpisodeGroupCollector:
         self.buf_rewards = np.zeros((T, N), dtype=np.float32)
         self.buf_mask = np.zeros((T, N), dtype=bool)
 
-    def collect(self) -> EpisodeGroups:
-        """Draw K seeds, run G episodes from each, record them in ``ctx`` and advance ``ctx.steps``."""
+    def collect(self, max_samples: int | None = None) -> EpisodeGroups:
+        """Draw K seeds, run G episodes from each, record them in ``ctx`` and advance ``ctx.steps``.
+
+        Args:
+            max_samples: the budget left; collection stops once this many steps are used (episodes still
+                running then are marked unfinished in the result).
+        """
         ctx, policy, envs, G, N = self.ctx, self.policy, self.envs, self.group_size, self.n_envs
         seeds = ctx.draw_seeds(self.n_groups)
         obs, _ = envs.reset(seed=np.repeat(seeds, G).tolist())
@@ -300,6 +335,8 @@ class EpisodeGroupCollector:
         truncated = np.zeros(N, dtype=bool)
         step0, used, t = ctx.steps, 0, 0
         while active.any():
+            if max_samples is not None and used >= max_samples:
+                break  # the trial's budget is spent: the running episodes stay unfinished
             if t >= self.max_len:
                 raise RuntimeError(f"an episode ran past max_len={self.max_len} steps without truncation")
             x = policy.prepare_obs(obs, update_stats=self.update_obs_stats)
@@ -317,14 +354,21 @@ class EpisodeGroupCollector:
                 truncated[done] = trunc[done] & ~terminated[done]
                 ep_mask, ep_ret, ep_len = finished_episodes(info, N)
                 rec = done & ep_mask
+                if self.cap is not None:
+                    partial = rec & truncated & (ep_len == self.cap)  # cut by the suite's cap: not a whole game
+                    if partial.any():
+                        self.capped_episodes += int(partial.sum())
+                        ctx.record_metric("capped_episodes", self.capped_episodes)
+                        rec &= ~partial
                 if rec.any():
                     ctx.record_episodes(step0 + used, ep_ret[rec], ep_len[rec])
                 active &= ~done
             t += 1
         ctx.steps = step0 + used
+        lengths[active] = t  # unfinished (budget spent): the steps taken so far
         return EpisodeGroups(
             self.buf_obs[:t], self.buf_actions[:t], self.buf_logp[:t], self.buf_rewards[:t], self.buf_mask[:t],
-            lengths, truncated, seeds, G, t * N,
+            lengths, truncated, seeds, G, t * N, ~active if active.any() else None,
         )  # fmt: skip
 
 
@@ -512,35 +556,49 @@ class GRPOTrainer:
         envs = ctx.make_envs(cfg.batch_episodes, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = grpo_policy(envs.single_observation_space, envs.single_action_space, cfg)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
-        self.collector = EpisodeGroupCollector(ctx, envs, self.policy, cfg.group_size, max_len)
+        self.collector = EpisodeGroupCollector(ctx, envs, self.policy, cfg.group_size, max_len, cap)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
         self.n_updates = 0
 
     def train(self) -> ActorCritic:
         ctx = self.ctx
         while ctx.steps < ctx.total_timesteps:
-            # collect rollout
-            with ctx.timer("rollout"):
+            # collect rollout (stops at the budget; only complete groups are kept)
+            with ctx.phase("rollout"):
                 batch, collect_metrics = self.collect()
+            if batch is None:
+                break  # the budget ran out before any group finished: nothing left to train on
+            progress = ctx.steps / ctx.total_timesteps
+            # group-relative advantages
+            with ctx.phase("advantages"):
+                advantages = batch_advantages(batch, self.cfg.supervision, self.cfg.reward_scaling)
             # update
-            with ctx.timer("update"):
-                metrics = self.update(batch, progress=ctx.steps / ctx.total_timesteps)
+            with ctx.phase("update"):
+                metrics = self.update(batch, advantages, progress=progress)
             metrics.update(collect_metrics)
             ctx.record_update(metrics)
             ctx.after_iteration(self.policy)
         return self.policy
 
-    def collect(self) -> tuple[EpisodeGroups, dict[str, float]]:
+    def _collect_complete(self) -> tuple[EpisodeGroups | None, int, int]:
+        """One collection within the budget: (its complete groups or None, env steps executed, steps used)."""
+        raw = self.collector.collect(self.ctx.remaining_steps)
+        used = int(raw.mask.sum())
+        return raw.complete_groups(), raw.env_steps, used
+
+    def collect(self) -> tuple[EpisodeGroups | None, dict[str, float]]:
         """One batch of K groups; under ``dapo``, zero-spread groups are replaced from extra batches (DAPO's
-        dynamic sampling, Yu et al. 2025 Algorithm 1), at most ``max_resample_rounds`` of them.
+        dynamic sampling, Yu et al. 2025 Algorithm 1), at most ``max_resample_rounds`` of them. When the budget
+        runs out, the batch holds only the groups completed within it (None: no group completed).
 
         Returns:
             (batch, metrics): ``resampled_groups`` (groups drawn to replace zero-spread ones) and
             ``padding_frac`` (share of executed sub-env steps that were masked out, all rounds together).
         """
         cfg = self.cfg
-        batch = self.collector.collect()
-        env_steps, used = batch.env_steps, int(batch.lengths.sum())
+        batch, env_steps, used = self._collect_complete()
+        if batch is None:
+            return None, {}
         kept: list[EpisodeGroups] = []
         n_kept, resampled, rounds = 0, 0, 0
         while cfg.loss_agg == "dapo":
@@ -553,15 +611,19 @@ class GRPOTrainer:
                 n_kept += good.size
             if n_kept == cfg.n_groups:
                 break
-            if rounds == cfg.max_resample_rounds:
-                # cap reached: top up with zero-spread groups (advantage 0) so the batch keeps K groups
+            if rounds == cfg.max_resample_rounds or self.ctx.remaining_steps == 0:
+                # cap (or budget) reached: top up with zero-spread groups (advantage 0), up to K groups
                 kept.append(batch.select_groups(np.flatnonzero(zero)[: cfg.n_groups - n_kept]))
                 break
             rounds += 1
             resampled += cfg.n_groups - n_kept
-            batch = self.collector.collect()
-            env_steps += batch.env_steps
-            used += int(batch.lengths.sum())
+            nxt, more_env_steps, more_used = self._collect_complete()
+            env_steps += more_env_steps
+            used += more_used
+            if nxt is None:
+                kept.append(batch.select_groups(np.flatnonzero(zero)[: cfg.n_groups - n_kept]))
+                break
+            batch = nxt
         if kept:
             batch = EpisodeGroups.concat(kept)
         metrics = {"resampled_groups": float(resampled), "padding_frac": 1.0 - used / env_steps}
@@ -571,11 +633,14 @@ class GRPOTrainer:
         """``(K,)`` True for groups whose rewards do not vary (their advantages are all 0)."""
         return batch_advantages(batch, self.cfg.supervision, self.cfg.reward_scaling)[1]
 
-    def update(self, batch: EpisodeGroups, progress: float) -> dict[str, float]:
+    def update(
+        self, batch: EpisodeGroups, advantages: tuple[np.ndarray, np.ndarray, np.ndarray], progress: float
+    ) -> dict[str, float]:
+        """Clipped steps with the KL penalty on ``batch``; ``advantages`` = :func:`batch_advantages` of it."""
         cfg, policy = self.cfg, self.policy
         if cfg.ref_update_interval and self.n_updates % cfg.ref_update_interval == 0 and self.n_updates > 0:
             self.reference.load_state_dict(policy.state_dict())
-        adv, zero, group_std = batch_advantages(batch, cfg.supervision, cfg.reward_scaling)
+        adv, zero, group_std = advantages
         # flatten the real steps episode-major: steps of episode 0, then episode 1, ...
         n_idx, t_idx = np.nonzero(batch.mask.T)
         t_flat, n_flat = torch.from_numpy(t_idx), torch.from_numpy(n_idx)
@@ -626,7 +691,7 @@ class GRPOTrainer:
 
 @register(
     "grpo",
-    version="1.0.0",
+    version="1.1.0",
     summary="Group Relative Policy Optimization: G same-seed episodes per group, group-normalised returns, no critic",
     reference=(
         "Shao et al. 2024, arXiv 2402.03300 (DeepSeekMath); episodic adaptation as in stable-baselines3-contrib issue 301"

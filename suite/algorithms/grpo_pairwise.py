@@ -200,7 +200,7 @@ class PairwiseTrainer:
         max_len, cap = episode_cap(ctx, cfg.max_episode_steps or 0)
         self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
-        self.collector = EpisodeGroupCollector(ctx, self.envs, self.policy, group_size=1, max_len=max_len)
+        self.collector = EpisodeGroupCollector(ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
         self.stop_at: float | None = None
         if cfg.early_stop_fraction is not None:
@@ -210,11 +210,16 @@ class PairwiseTrainer:
             self.stop_at = cfg.early_stop_fraction * best
 
     def train(self) -> ActorCritic:
-        ctx = self.ctx
+        ctx, cfg = self.ctx, self.cfg
         while ctx.steps < ctx.total_timesteps:
-            with ctx.timer("rollout"):
-                batch = flatten_episodes(self.collector.collect())
-            with ctx.timer("update"):
+            # collect whole episodes (stops at the budget; unfinished episodes are dropped)
+            with ctx.phase("rollout"):
+                episodes = self.collector.collect(ctx.remaining_steps).complete_groups()
+                batch = flatten_episodes(episodes) if episodes is not None else None
+            if batch is None or batch.lengths.shape[0] < cfg.group_size:
+                break  # the budget ran out before a whole group of episodes finished
+            # the pairwise loss needs no advantages: one update step per batch
+            with ctx.phase("update"):
                 metrics = self.update(batch, progress=ctx.steps / ctx.total_timesteps)
             ctx.record_update(metrics)
             ctx.after_iteration(self.policy)
@@ -228,7 +233,8 @@ class PairwiseTrainer:
         logp, entropy, _, _ = self.policy.evaluate_actions(batch.obs, batch.actions)
         log_ratio = logp - batch.log_probs
         log_w = trajectory_log_weights(log_ratio, batch.episode, batch.lengths)
-        groups = torch.randperm(cfg.n_trajectories).reshape(-1, cfg.group_size)
+        n = batch.lengths.shape[0]  # n_trajectories, or fewer (whole groups) in the batch cut by the budget
+        groups = torch.randperm(n)[: n - n % cfg.group_size].reshape(-1, cfg.group_size)
         group_losses = pairwise_group_losses(log_w, batch.returns, groups, cfg.temperature)
         loss = group_losses.mean() - cfg.ent_coef * entropy.mean()
         metrics = {
@@ -276,7 +282,7 @@ class PairwiseTrainer:
 
 @register(
     "grpo-pairwise",
-    version="1.1.0",
+    version="1.2.0",
     summary="Pairwise logistic comparison of returns within random groups of trajectories (document 003's 'GRPO')",
     reference=(
         "003_1e009463e86a4a6d.txt ('Group Relative Policy Optimization', pairwise form; not DeepSeekMath GRPO); "

@@ -13,10 +13,18 @@ no such algorithm (its ``GRPOTrainer`` is DeepSeekMath's GRPO). What the documen
   exponential moving average (momentum ``clip_std_momentum``) of the previous updates' ``s`` (the first
   update uses ``s_ref = s_0``, so ``eps_0 = base``). The ratio makes the rule scale-free: an env whose
   returns are 100x larger gets the same clip range for the same *relative* change of spread;
-* a step decay ``lr = base_lr * 0.9 ** (epoch // 10)`` (its ``adapt_delta_lr``), read here as a learning-rate
-  option: ``lr_decay_every = 10`` multiplies the learning rate by ``lr_decay_factor`` every 10 updates.
-  OFF by default (``lr_decay_every = 0``): the document never says what an "epoch" is, and per update it
-  divides the learning rate by ~60 over the zoo's 390 CartPole updates, on top of the zoo's linear decay;
+* a decay ``delta_lr = base_lr * 0.9 ** (epoch // 10)`` (its ``adapt_delta_lr``). Read literally, and with its
+  hyperparameter ``delta_init``, it is the learning rate *of the clip parameter delta*: delta is a state that
+  starts at ``delta_init`` and moves toward the std-dependent target at a rate that decays. That reading is
+  ``clip_rule = "tracking"``::
+
+      target_k = clip(base(progress) * (s_k / s_ref) ** clip_std_exponent, clip_min, clip_max)
+      delta_{k+1} = delta_k + delta_lr * delta_lr_decay_factor ** (k // delta_lr_decay_every) * (target_k - delta_k)
+
+  with ``k`` the update index ("epoch"), ``delta_0 = base(0)`` and the clip of update k = ``delta_k`` after the
+  move. The default ``clip_rule = "ratio"`` uses the target directly (delta_lr = 1, no memory). A claim set says
+  which rule a row uses. The earlier reading of the decay as a *policy* learning-rate decay is kept as an option
+  (``lr_decay_every = 10``, off by default) for comparison;
 * "EnhancedGAE" (an LSTM cell over the trajectory inside GAE): no such published method exists. The honest
   reading, option ``critic = "lstm"``: a recurrent value network run over the rollout's time axis, its
   memory reset at episode boundaries, whose values feed ordinary GAE;
@@ -60,8 +68,18 @@ class AdaptiveClipConfig(ActorCriticConfig):
     """Fixed reference std ``s_ref``; None = moving average of the previous updates' raw-advantage std."""
     clip_std_momentum: float = 0.9
     """Momentum of that moving average (``s_ref <- m * s_ref + (1 - m) * s`` after each update)."""
+    clip_rule: str = "ratio"
+    """``ratio``: the clip range is the target ``clip(base * (s / s_ref) ** k, clip_min, clip_max)`` itself;
+    ``tracking``: document 000's literal reading, delta follows the target at a decaying rate (module docstring)."""
+    delta_lr: float = 0.5
+    """``tracking`` only: the rate at which delta moves toward its target (the document gives no value; suite choice)."""
+    delta_lr_decay_every: int = 10
+    """``tracking`` only: ``delta_lr`` is multiplied by ``delta_lr_decay_factor`` every this many updates (document: 10)."""
+    delta_lr_decay_factor: float = 0.9
+    """``tracking`` only: the document's 0.9."""
     lr_decay_every: int = 0
-    """Step decay of the learning rate every this many updates (the document's value: 10); 0 = off."""
+    """A step decay of the *policy* learning rate every this many updates (an earlier reading of the document's
+    decay, kept for comparison); 0 = off."""
     lr_decay_factor: float = 0.9
     """Factor of each step decay (the document's 0.9)."""
     action_dist: str = "auto"
@@ -89,6 +107,10 @@ class AdaptiveClipConfig(ActorCriticConfig):
             raise ValueError("action_dist must be auto, gaussian or beta")
         if self.critic not in ("mlp", "lstm") or self.lstm_hidden < 1:
             raise ValueError("critic must be mlp or lstm, lstm_hidden >= 1")
+        if self.clip_rule not in ("ratio", "tracking"):
+            raise ValueError("clip_rule must be ratio or tracking")
+        if not 0 < self.delta_lr <= 1 or self.delta_lr_decay_every < 1 or not 0 < self.delta_lr_decay_factor <= 1:
+            raise ValueError("delta_lr must be in (0, 1], delta_lr_decay_every >= 1, delta_lr_decay_factor in (0, 1]")
 
 
 def adaptive_clip_range(
@@ -208,6 +230,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         if cfg.lr_decay_every:
             self.stepper.learning_rate = StepDecay(cfg.learning_rate, self, cfg.lr_decay_every, cfg.lr_decay_factor)  # type: ignore[assignment]
         self.std_ref: float | None = cfg.clip_std_ref
+        self.delta = cfg.clip_range(0.0)  # tracking rule: delta_0 = delta_init = the base at progress 0
         self.recurrent = self._find(RecurrentCritic)
         self.popart = self._find(PopArtValue)
         n = self.collector.n_envs
@@ -263,11 +286,20 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         cfg = self.cfg
         std = float(np.std(advantages))
         ref = self.std_ref if self.std_ref is not None else std
-        self.clip = adaptive_clip_range(std, ref, cfg.clip_range(progress), cfg.clip_std_exponent, cfg.clip_min, cfg.clip_max)
+        target = adaptive_clip_range(std, ref, cfg.clip_range(progress), cfg.clip_std_exponent, cfg.clip_min, cfg.clip_max)
+        metrics = {"adv_std_raw": std, "adv_std_ref": ref, "clip_target": target}
+        if cfg.clip_rule == "tracking":
+            rate = cfg.delta_lr * cfg.delta_lr_decay_factor ** (self.n_updates // cfg.delta_lr_decay_every)
+            self.delta += rate * (target - self.delta)
+            self.clip = self.delta
+            metrics["delta_lr"] = rate
+        else:
+            self.clip = target
+        metrics["clip_range"] = self.clip
+        metrics["clip_at_floor"] = float(self.clip <= cfg.clip_min)
         if cfg.clip_std_ref is None:
             m = cfg.clip_std_momentum
             self.std_ref = std if self.std_ref is None else m * self.std_ref + (1 - m) * std
-        metrics = {"clip_range": self.clip, "adv_std_raw": std, "adv_std_ref": ref}
         if self.popart is not None:
             returns = advantages + rollout.values.mean(-1)  # the value targets (GAE's lambda-returns)
             self.popart.update_stats(torch.from_numpy(returns).reshape(-1))
@@ -293,7 +325,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
 
 @register(
     "ppo-adaptive-clip",
-    version="1.0.0",
+    version="1.1.0",
     summary="PPO whose clip range scales with the std of the raw advantages (document 000's 'GRPO')",
     reference=(
         "000_2d5fee972b6defb7.txt (described as 'GRPO' in TRL; no such TRL algorithm); PPO: Schulman et al. 2017, "
@@ -305,10 +337,11 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
     hyperparams="ppo-adaptive-clip.toml",
     notes=(
         "Clip range per update: clip(base * (s / s_ref) ** clip_std_exponent, clip_min, clip_max), s = std of the "
-        "raw GAE advantages, s_ref = moving average of past s (or clip_std_ref). The document's delta-lr step decay "
-        "is lr_decay_every (off by default). critic='lstm' is the honest reading of its 'EnhancedGAE': a recurrent "
-        "critic whose values feed ordinary GAE. Logged per update: clip_range, adv_std_raw, adv_std_ref, and "
-        "popart_mu/popart_sigma with PopArt."
+        "raw GAE advantages, s_ref = moving average of past s (or clip_std_ref). clip_rule='tracking' is the "
+        "document's literal reading: delta follows that target at the rate delta_lr * 0.9 ** (update // 10). "
+        "critic='lstm' is the honest reading of its 'EnhancedGAE': a recurrent critic whose values feed ordinary GAE. "
+        "Logged per update: clip_range, clip_target, clip_at_floor, adv_std_raw, adv_std_ref (delta_lr with "
+        "tracking), and popart_mu/popart_sigma with PopArt."
     ),
     policy_factory=adaptive_clip_policy,
 )

@@ -66,6 +66,9 @@ class RlvrPrmConfig(ActorCriticConfig):
     """``alpha``: entropy bonus (document 004's PPO uses 0.01; it gives no value for alpha)."""
     n_value_heads: int = 5
     """Value heads on the critic's trunk; their variance is ``sigma^2`` (>= 2)."""
+    variance_weighting: bool = True
+    """Module (a): weight each TD error by ``1 / (1 + sigma^2)``; false = ordinary GAE on the heads' mean (for
+    ablations that switch each of the document's changes on alone)."""
     js_coef: float = 0.5
     """``beta``: weight of JS(pi || pi_old), pi_old = the policy that collected the rollout (no value given)."""
     smooth_coef: float = 1e-3
@@ -171,11 +174,11 @@ class RlvrPrmTrainer(ActorCriticTrainer):
     def advantages(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
         """Variance-weighted advantages for the policy; ordinary lambda-returns as every head's target."""
         cfg = self.cfg
-        adv, self.sigma2 = variance_weighted_advantages(
+        weighted, self.sigma2 = variance_weighted_advantages(
             rollout.rewards, rollout.values, rollout.dones, rollout.last_values, cfg.gamma, cfg.gae_lambda
         )
-        _, returns = super().advantages(rollout)
-        return adv, returns
+        adv, returns = super().advantages(rollout)
+        return (weighted if cfg.variance_weighting else adv), returns
 
     def begin_update(self, rollout: Rollout, advantages: np.ndarray, progress: float) -> dict[str, float]:
         metrics = super().begin_update(rollout, advantages, progress)
@@ -221,7 +224,7 @@ def prm_js(
 
 @register(
     "ppo-rlvr-prm",
-    version="1.0.1",
+    version="1.1.0",
     summary="PPO + variance-weighted advantages (value ensemble) + entropy/JS/smoothness regulariser (document 004)",
     reference=(
         "004_f1fcbbd2bdebb4e5.txt ('GRPO = PPO + RLVR + PRM'); PPO: Schulman et al. 2017, arXiv 1707.06347; "

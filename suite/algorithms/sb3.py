@@ -23,7 +23,6 @@ import ast
 import dataclasses
 import functools
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -760,8 +759,12 @@ def _policy_factory(algo: str) -> Callable[[Any, Any, Any], SB3Agent]:
 class TrialCallback(BaseCallback):
     """Connects an SB3 ``learn()`` to the trial context.
 
-    Time between ``on_rollout_start`` and ``on_rollout_end`` is "rollout"; the rest of ``learn()`` (SB3's
-    ``train()`` and its bookkeeping) is "update"; evaluation is timed by the context itself. At each rollout
+    Time between ``on_rollout_start`` and ``on_rollout_end`` is the "rollout" phase (for on-policy SB3 it includes
+    the advantages, which SB3 computes at the end of its collection); the rest of ``learn()`` (SB3's ``train()``
+    and its bookkeeping) is "update"; evaluation is timed by the context itself. The budget is exact, as for
+    the suite's algorithms: ``on_step`` stops ``learn()`` once ``ctx.total_timesteps`` env steps are taken (an
+    on-policy rollout that the budget ends in the middle of is not trained on; one that the budget ends exactly
+    at is). At each rollout
     start (i.e. after the previous update, the point where the suite's own algorithms call it) the callback sets
     ``ctx.steps``, records SB3's ``train/*`` logger values as an update row (on-policy: every update; off-policy,
     which updates every few steps: at most once per ``record_every`` env steps) and calls
@@ -772,19 +775,18 @@ class TrialCallback(BaseCallback):
     def __init__(self, ctx: TrialContext, agent: SB3Agent, on_policy: bool, record_every: int = 1000) -> None:
         super().__init__(verbose=0)
         self.ctx, self.agent = ctx, agent
+        self.on_policy = on_policy
         self.record_every = 0 if on_policy else record_every
         self.eval_freq = ctx.resolved.eval_freq
-        self._phase: str | None = None
-        self._t0 = 0.0
         self._recorded_updates = 0
         self._last_record = 0
         self._last_check = 0
 
     def _switch(self, phase: str | None) -> None:
-        now = time.perf_counter()
-        if self._phase is not None:
-            self.ctx.times[self._phase] = self.ctx.times.get(self._phase, 0.0) + now - self._t0
-        self._phase, self._t0 = phase, now
+        if phase is None:
+            self.ctx.end_phase()
+        else:
+            self.ctx.begin_phase(phase)
 
     def _on_training_start(self) -> None:
         self._switch("rollout")  # SB3's first env reset, as for the suite's own algorithms
@@ -795,7 +797,11 @@ class TrialCallback(BaseCallback):
         self._switch("rollout")
 
     def _on_step(self) -> bool:
-        return True
+        if self.model.num_timesteps < self.ctx.total_timesteps:
+            return True
+        if self.on_policy and self.locals.get("n_steps", 0) + 1 >= self.model.n_steps:  # type: ignore[attr-defined]
+            return True  # this step completes the rollout: let SB3 train on it, then learn() ends by itself
+        return False
 
     def _on_rollout_end(self) -> None:
         self._switch("update")
@@ -880,7 +886,7 @@ def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observ
     train.__doc__ = f"Train ``stable_baselines3.{flavour.sb3_cls.__name__}`` inside a trial."
     register(
         f"sb3-{algo}",
-        version="1.0.0",
+        version="1.1.0",
         summary=summary,
         reference=(
             f"stable-baselines3 {flavour.sb3_cls.__name__} (Raffin et al. 2021, JMLR 22(268)); hyperparameters: "
