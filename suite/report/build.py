@@ -209,7 +209,9 @@ def compute_tables(data: ReportData, *, warn: Callable[[str], None] | None = Non
         # Like with like: say which training episodes each row's curve holds (grpo on Pong leaves capped games out).
         labels = {key: training_curve_label(g["metrics"].tolist()) for key, g in trials.groupby(["algo", "env_label"])}
         frame = data.tables["stability"]
-        frame["train_curve"] = [labels.get((a, e), "whole episodes") for a, e in zip(frame["algo"], frame["env_label"], strict=True)]
+        frame["train_curve"] = [
+            labels.get((a, e), "whole episodes") for a, e in zip(frame["algo"], frame["env_label"], strict=True)
+        ]
     put("speed_memory", lambda: st.speed_memory_table(trials, evals))
     put("env_references", lambda: references_frame(trials))
     data.tables["failures"] = failures_frame(trials)
