@@ -143,6 +143,14 @@ def test_a_bad_cell_is_one_clear_error(change: dict[str, Any], message: str) -> 
         parse_claim_set(minimal(**change))
 
 
+def test_a_claim_budget_may_name_a_tier() -> None:
+    claims = parse_claim_set(minimal(budget="standard", env="LunarLander-v3"))
+    assert claims.cells[0].budget == 1_000_000
+    assert claims.run_budget(claims.cells[0], claims.cells[0].arm, "quick") == 100_000
+    with pytest.raises(UserError, match="'huge' is neither a step count nor a tier"):
+        parse_claim_set(minimal(budget="huge"))
+
+
 def test_bad_names_outside_cells_are_errors_before_anything_runs() -> None:
     data = minimal()
     data["arms"]["ppo"] = {"algo": "ppo-9000"}
@@ -245,6 +253,12 @@ def test_comparisons_are_exact_on_constant_runs_and_deterministic() -> None:
     assert compare(x, y, comparison="improvement", statistic="iqm", reps=500, identity="other") != first
     never = compare(np.array([math.inf] * 3), None, comparison="value", statistic="median", reps=50)
     assert never == (math.inf, math.inf, math.inf)
+    # "Never" against "never" is undefined; reaching it against never is the limit (relative: -100%).
+    inf3, steps = np.full(3, math.inf), np.array([1000.0, 1200.0, 1100.0])
+    assert all(math.isnan(x) for x in compare(inf3, inf3, comparison="improvement", statistic="median", reps=50))
+    assert compare(steps, inf3, comparison="improvement", statistic="median", relative=True, reps=50) == (-100.0,) * 3
+    assert compare(inf3, steps, comparison="improvement", statistic="median", reps=50) == (math.inf,) * 3
+    assert compare(steps, inf3, comparison="ratio", statistic="median", reps=50) == (0.0,) * 3
     assert run_values(get_metric("final_return"), [run(trial={"final_eval_mean": 2.0})], {}).tolist() == [2.0]
 
 

@@ -28,7 +28,8 @@ source's own layout, the cells to check::
     label = "LunarLander-v3"
     env = "LunarLander-v3"
     env_kwargs = {}
-    budget = 1000000               # the budget the claim is made at (the source's, or a stated default)
+    budget = 1000000               # the budget the claim is made at (the source's, or a stated default; a tier
+                                   # name stands for that tier's budget for the env)
     budget_source = "stated default: ..."
     [[rows.cells]]
     column = "GRPO"
@@ -41,6 +42,21 @@ source's own layout, the cells to check::
     comparison = "improvement"
     relative = true                # improvement in percent of B
     claimed = 8.8
+
+A ratio of two arms (e.g. a memory claim, peak RSS of an optimised arm over its baseline)::
+
+    [[rows.cells]]
+    column = "peak memory, optimised / baseline"
+    arm = "optimised"
+    versus = "baseline"
+    comparison = "ratio"
+    metric = "peak_rss_mb"         # or "phases.update.<field>", "metrics.<name>" (suite.claims.metrics)
+    claimed = 0.695                # document 000: 8.2 GB -> 5.7 GB
+    claimed_a = 5.7
+    claimed_b = 8.2
+
+A cell can take its claimed value, ±, budget and env from ``baselines/published/*.csv`` with
+``published = { source = "rl-baselines3-zoo", algo = "ppo", env_id = "CartPole-v1" }``.
 
 Cells may override ``env``, ``env_kwargs``, ``budget``, ``seeds``, ``metric``, ``statistic`` and metric
 parameters (``threshold``, ``target``, ``last_episodes``, ``window``). Every name (algorithm, env, metric, tier,
@@ -329,6 +345,18 @@ def _positive_int(value: Any, where: str) -> int:
     return value
 
 
+def _claim_budget(value: Any, budgets: Mapping[str, Any], env_id: str, algo: str, where: str) -> int:
+    """A claim's budget: env steps, or a tier name standing for that tier's budget for the env and algorithm."""
+    if isinstance(value, str):
+        if value not in TIERS:
+            raise UserError(f"{where} budget: {value!r} is neither a step count nor a tier ({', '.join(TIERS)})")
+        entry = budgets.get(value, {}).get(env_id)
+        if entry is None:
+            raise UserError(f"{where} budget: no {value!r} budget for {env_id}")
+        return int(entry.get(algo, entry["default"])) if isinstance(entry, Mapping) else int(entry)
+    return _positive_int(value, f"{where} budget")
+
+
 def _published_cell(ref: Any, where: str) -> dict[str, Any]:
     """Claimed value, ±, budget and env of a ``published = { source, algo, env_id }`` cell, read from
     ``baselines/published/*.csv`` (one copy of every published number)."""
@@ -486,7 +514,7 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
                     claimed_b=_optional_number(merged.get("claimed_b"), f"{at} claimed_b"),
                     env_id=env_id,
                     env_kwargs=env_kwargs,
-                    budget=_positive_int(merged["budget"], f"{at} budget"),
+                    budget=_claim_budget(merged["budget"], budgets, env_id, arm_named(merged["arm"], at).algo, at),
                     budget_source=str(merged.get("budget_source", "")),
                     seeds=tuple(parse_seeds(merged["seeds"])) if "seeds" in merged else set_seeds,
                     metric=metric,

@@ -249,6 +249,26 @@ def _unnever(x: float) -> float:
 Interval = tuple[float, float, float]
 
 
+def _combine(sa: float, sb: float, comparison: str, relative: bool) -> float:
+    """A - B, 100 (A - B) / |B| or A / B of two statistics, where "never" (>= NEVER / 10) is infinitely large: never
+    against never is undefined (NaN); otherwise the limit, written as +-NEVER so bootstrap percentiles stay finite
+    (e.g. B never converged and A did: a relative change of -100%)."""
+    a_never, b_never = sa >= NEVER / 10, sb >= NEVER / 10
+    if a_never and b_never:
+        return float("nan")
+    if comparison == "ratio":
+        if a_never:
+            return NEVER
+        return 0.0 if b_never else (sa / sb if sb != 0 else float("nan"))
+    if a_never:
+        return NEVER
+    if b_never:
+        return -100.0 if relative else -NEVER
+    if relative:
+        return 100.0 * (sa - sb) / abs(sb) if sb != 0 else float("nan")
+    return sa - sb
+
+
 def compare(
     a: np.ndarray,
     b: np.ndarray | None,
@@ -287,11 +307,7 @@ def compare(
         sa = _statistic(xs[0], statistic)
         if comparison == "value":
             return np.array([sa])
-        sb = _statistic(xs[1], statistic)
-        if comparison == "ratio":
-            return np.array([sa / sb if sb != 0 else np.nan])
-        diff = sa - sb
-        return np.array([100.0 * diff / abs(sb) if relative and sb != 0 else (np.nan if relative else diff)])
+        return np.array([_combine(sa, _statistic(xs[1], statistic), comparison, relative)])
 
     with seeded_global_rng(derive_seed(seed, identity)):
         points, intervals = rly.get_interval_estimates({"x": arrays}, func, reps=reps, confidence_interval_size=confidence)

@@ -41,6 +41,8 @@ from suite.report.document import Document, Failure, FigureRef, Paragraph, Secti
 
 
 def _signed(x: float, decimals: int | None = None) -> str:
+    if isinstance(x, float) and math.isinf(x):
+        return "+inf" if x > 0 else "-inf"
     text = format_number(x, decimals)
     return text if text.startswith(("-", "n/a", "not")) or x == 0 else f"+{text}"
 
