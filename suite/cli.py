@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,9 +154,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     claims = load_claim_set(args.claimset)
     seeds = parse_seeds(args.seeds) if args.seeds else None
     out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
+    words = ["suite", "reproduce", args.claimset]
+    for flag, value in (("--tier", args.tier), ("--seeds", args.seeds), ("--db", args.db), ("-o", args.output)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--no-run"] if args.no_run else []
     _, summary = reproduce(
         claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, workers=args.workers,
-        run=not args.no_run, show_progress=not args.quiet,
+        run=not args.no_run, show_progress=not args.quiet, command=shlex.join(words),
     )  # fmt: skip
     if summary is not None and summary.interrupted:
         print(

@@ -289,7 +289,8 @@ def test_the_verdict_rule() -> None:
     pong = verdict(env_id="ALE/Pong-v5", claimed=21.5, interval=(20.0, 19.0, 21.0), missing=5)
     assert (pong.verdict, pong.reason) == (IMPOSSIBLE, "21.5 is outside the attainable return range [-21, 21]")
     assert verdict(missing=2).verdict == INCONCLUSIVE
-    assert verdict(a=np.array([]), failed=5).reason == "no ok trial to measure (5 failed or diverged)"
+    assert verdict(a=np.array([]), failed=5).reason == "no ok trial with a value to measure (5 failed or diverged)"
+    assert "no trial has a value for final_return" in verdict(a=np.array([])).reason
     assert verdict(budget_short="ran 300,000 steps of the claim's 1,000,000").verdict == INCONCLUSIVE
     few = verdict(a=np.array([90.0, 110.0, 95.0]), interval=(98.3, 90.0, 110.0), claimed=120.0)
     assert few.verdict == INCONCLUSIVE and few.seeds_needed == seeds_needed(98.3 - 120.0, np.std([90, 110, 95], ddof=1), 0.0)

@@ -70,7 +70,8 @@ def test_every_output_is_written_with_a_verdict_per_cell(reproduced: dict[str, P
     assert verdicts.set_index("column").loc["pairwise", "verdict"] == "impossible"  # 6 > len('hello')
     assert (verdicts["run_budget"] == 400).all() and (verdicts["tier"] == "smoke").all()
     meta = json.loads((out / "verdicts.json").read_text())
-    assert meta["command"].startswith("suite reproduce") and "Verdict rule" in meta["rule"]
+    assert meta["command"] == f"suite reproduce {reproduced['toml']} --db {reproduced['db']} -o {out}"
+    assert "Verdict rule" in meta["rule"]
     assert [c["verdict"] for c in meta["cells"]] == verdicts["verdict"].tolist()
     page = (out / "index.html").read_text()
     assert "http://" not in page and "https://" not in page and "<script" not in page  # self-contained

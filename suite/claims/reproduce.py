@@ -229,6 +229,8 @@ def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEF
             metric=cell.metric, env_id=cell.env_id, env_kwargs=cell.env_kwargs, seeds_required=len(cell.seeds),
             missing=sum(x.n_missing for x in arms), failed=sum(x.n_failed for x in arms), budget_short=budget_text,
         )  # fmt: skip
+        if judgement.verdict != INCONCLUSIVE:
+            settle_tier, hours = None, None  # impossible whatever a longer run would measure
         result = CellResult(
             index=i, cell=cell, tier=expansion.tier, arms=arms, point=point, lo=lo, hi=hi, verdict=judgement.verdict,
             reason=judgement.reason, seeds_needed=judgement.seeds_needed, settle_tier=settle_tier, core_hours=hours,
@@ -277,7 +279,7 @@ def reproduce(
             return [], summary
     with ResultsStore(db_path, create=run) as store:
         results = evaluate_cells(expansion, store, reps=reps)
-    command = command or "suite reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)}"
     write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command, reps=reps)
     echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir))
     return results, summary

@@ -150,11 +150,13 @@ def judge(
             return Judgement(IMPOSSIBLE, f"{claimed:g} is outside the attainable return range [{bounds[0]:g}, {bounds[1]:g}]")
     if missing:
         return Judgement(INCONCLUSIVE, f"{missing} trial(s) not run yet")
-    arms = [a] if b is None else [a, b]
-    if any(x.size == 0 for x in arms):
-        return Judgement(INCONCLUSIVE, f"no ok trial to measure ({failed} failed or diverged)")
     if budget_short:
         return Judgement(INCONCLUSIVE, budget_short)
+    arms = [a] if b is None else [a, b]
+    if any(x.size == 0 for x in arms):
+        if failed:
+            return Judgement(INCONCLUSIVE, f"no ok trial with a value to measure ({failed} failed or diverged)")
+        return Judgement(INCONCLUSIVE, f"no trial has a value for {metric} (e.g. no finished training episode)")
     n_min = min(x.size for x in arms)
     point, lo, hi = interval
     if n_min < max(seeds_required, MIN_SEEDS):
