@@ -22,7 +22,7 @@ from suite.claims.verdict import (
 from suite.config import config_to_dict
 from suite.errors import UserError
 from suite.registry import get_algorithm
-from suite.stats import dispersion_across_time, seeds_needed
+from suite.stats import long_term_risk, seeds_needed
 from suite.study import TIERS
 from suite.textmatch import sample_diversity
 
@@ -206,12 +206,12 @@ def test_metrics_score_one_run_exactly() -> None:
     assert get_metric("metrics.sample_diversity").per_run(r, {}) == 0.25
     assert get_metric("phases.update.peak_rss_mb").per_run(r, {}) == 512.0
     assert math.isnan(get_metric("metrics.absent").per_run(r, {}))
-    # Chan et al.'s dispersion across time, episodes in order (two ended at step 40): one window over 4 differences.
-    diffs = np.diff(r.curve_returns)
-    assert get_metric("stability").per_run(r, {"window": 20}) == np.percentile(diffs, 75) - np.percentile(diffs, 25)
-    assert get_metric("stability").per_run(r, {"window": 2}) == dispersion_across_time(r.curve_returns, None, 2)
-    flat = run(curve_steps=np.arange(1.0, 6.0), curve_returns=np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
-    assert get_metric("stability").per_run(flat, {}) == 0.0  # constant slope: no dispersion
+    # Chan et al.'s long-term risk: drawdowns from the running max 0.6, 1.7, 5.0, 5.0, 5.0 are 0, 0, 0, 2.2, 0;
+    # the worst 5% tail (values >= the 95th percentile, 1.76) is the 2.2 drop.
+    assert get_metric("stability").per_run(r, {}) == pytest.approx(2.2)
+    assert get_metric("stability").per_run(r, {"alpha": 0.5}) == long_term_risk(r.curve_returns, 0.5)
+    rising = run(curve_steps=np.arange(1.0, 6.0), curve_returns=np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert get_metric("stability").per_run(rising, {}) == 0.0  # never below its best so far
     with pytest.raises(UserError, match="unknown metric 'speed'"):
         get_metric("speed")
     assert set(METRICS) >= {"final_return", "steps_to_threshold", "first_update_at_max", "stability", "sample_diversity",

@@ -59,7 +59,7 @@ A cell can take its claimed value, ±, budget and env from ``baselines/published
 ``published = { source = "rl-baselines3-zoo", algo = "ppo", env_id = "CartPole-v1" }``.
 
 Cells may override ``env``, ``env_kwargs``, ``budget``, ``seeds``, ``metric``, ``statistic`` and metric
-parameters (``threshold``, ``target``, ``last_episodes``, ``window``). Every name (algorithm, env, metric, tier,
+parameters (``threshold``, ``target``, ``last_episodes``, ``alpha``). Every name (algorithm, env, metric, tier,
 statistic, comparison, hyperparameter key and value) is checked when the file is loaded, through the same
 validation as ``suite run`` (:meth:`suite.trial.TrialSpec.resolve`), so a mistake is one clear error before
 anything runs.
@@ -90,7 +90,7 @@ STATISTICS = ("mean", "median", "iqm")
 COMPARISONS = ("value", "improvement", "ratio")
 """``value``: the statistic of one arm; ``improvement``: A - B (or percent of B with ``relative``); ``ratio``: A / B."""
 
-METRIC_PARAMS = ("threshold", "target", "last_episodes", "window")
+METRIC_PARAMS = ("threshold", "target", "last_episodes", "alpha")
 """Metric parameters a cell (or row) may set; each metric says which it reads (:mod:`suite.claims.metrics`)."""
 
 SET_KEYS = {"name", "title", "source", "location", "description", "stand_in", "tier", "seeds", "metric", "statistic",

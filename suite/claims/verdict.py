@@ -184,7 +184,11 @@ def judge(
         return Judgement(NOT_REPRODUCED, f"the 95% CI contains zero and excludes the claimed {claimed:+g}")
     assert b is not None
     need = _seeds_for(_effect(claimed, relative, b_point), std(a), std(b))
-    more = f"{need} seeds per arm for power {POWER}" if need else "no seed count reaches power 0.8 (flat runs)"
+    more = (
+        f"{need} seeds per arm for power {POWER}"
+        if need
+        else f"no seed count for power {POWER} can be estimated (a run that never got there, or runs without spread)"
+    )
     return Judgement(INCONCLUSIVE, f"the 95% CI contains zero and the claimed {claimed:+g}: {more}", need)
 
 
