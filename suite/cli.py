@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, help="bootstrap resamples for confidence intervals")
     _add_db(p)
 
+    p = sub.add_parser("reproduce", help="check a published claim set: run its missing trials, a verdict per cell")
+    p.add_argument("claimset", help="claim set name (see 'suite list') or path to a claim-set TOML")
+    p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget)")
+    p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7 (default: the set's; fewer seeds stay inconclusive)")
+    p.add_argument("-o", "--output", help="output folder (default: reports/claims/<set>/)")
+    p.add_argument("--workers", type=int, help="parallel trial processes (default: one per core)")
+    p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(p)
+
     p = sub.add_parser("evaluate", help="re-evaluate a saved policy without retraining")
     p.add_argument("model", help="path of a saved policy (.pt)")
     p.add_argument("--episodes", type=int, default=10)
@@ -99,8 +110,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         {"id": e.id, "family": e.family, "action_space": e.action_space, "observation": e.observation} for e in list_envs()
     ]
     studies = list_studies()
+    claim_sets = _claim_sets()
     if args.json:
-        print(json.dumps({"algorithms": algos, "envs": envs, "studies": studies}, indent=2))
+        print(json.dumps({"algorithms": algos, "envs": envs, "studies": studies, "claim_sets": claim_sets}, indent=2))
         return 0
     print("Algorithms:")
     for a in algos:
@@ -113,6 +125,51 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("Studies:")
     for s in studies:
         print(f"  {s}")
+    print("Claim sets (suite reproduce NAME):")
+    for c in claim_sets:
+        stand_in = " [stand-in]" if c["stand_in"] else ""
+        print(f"  {c['name']:<24} {c['cells']:>3} cells  {c['title']}{stand_in}")
+    return 0
+
+
+def _claim_sets() -> list[dict[str, Any]]:
+    from suite.claims import list_claim_sets, load_claim_set
+
+    out = []
+    for name in list_claim_sets():
+        claims = load_claim_set(name)
+        out.append({"name": name, "title": claims.title, "source": claims.source, "cells": len(claims.cells),
+                    "stand_in": bool(claims.stand_in)})  # fmt: skip
+    return out
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from suite.claims import load_claim_set
+    from suite.claims.reproduce import reproduce
+    from suite.store import default_db_path
+    from suite.study import parse_seeds
+
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    claims = load_claim_set(args.claimset)
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
+    words = ["suite", "reproduce", args.claimset]
+    for flag, value in (("--tier", args.tier), ("--seeds", args.seeds), ("--db", args.db), ("-o", args.output)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--no-run"] if args.no_run else []
+    _, summary = reproduce(
+        claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, workers=args.workers,
+        run=not args.no_run, show_progress=not args.quiet, command=shlex.join(words),
+    )  # fmt: skip
+    if summary is not None and summary.interrupted:
+        print(
+            f"suite: interrupted; {len(summary.finished)} finished trials were saved. Run the same command again to "
+            "complete the rest.",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -306,6 +363,7 @@ COMMANDS = {
     "status": cmd_status,
     "export": cmd_export,
     "report": cmd_report,
+    "reproduce": cmd_reproduce,
     "evaluate": cmd_evaluate,
 }
 

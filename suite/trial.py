@@ -34,6 +34,7 @@ from suite.config import config_to_dict, stable_hash
 from suite.envs import env_label, finished_episodes, get_env_spec, make_vec_env, resolve_env_kwargs
 from suite.errors import UserError
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
+from suite.textmatch import record_sample_diversity
 
 TRAIN_SEED_STRIDE = 10_000
 EVAL_SEED_BASE = 2**30
@@ -346,6 +347,11 @@ class TrialContext:
         self._envs.clear()
 
 
+TRIAL_END_HOOKS: Mapping[str, Callable[[TrialContext, Agent], None]] = {"TextMatch-v0": record_sample_diversity}
+"""Per-env trial-level metrics, recorded after the final evaluation (in the ``eval`` phase) by a hook defined next
+to the env; they read the trained agent and change no training result."""
+
+
 def seed_everything(seed: int, threads: int) -> None:
     """Seed Python, numpy and torch and fix torch's thread count (bitwise reproducibility needs both)."""
     random.seed(seed)
@@ -432,6 +438,10 @@ def run_trial(
             last["final"] = True  # the periodic evaluation already ran at the last step
         else:
             ctx.evaluate(agent, final=True)
+        hook = TRIAL_END_HOOKS.get(spec.env_id)
+        if hook is not None:
+            with ctx.phase("eval"):
+                hook(ctx, agent)
         if models_dir is not None:
             model_path = Path(models_dir) / f"{resolved.key}.pt"
             save_model(model_path, agent, resolved)

@@ -372,7 +372,9 @@ STABILITY_SPEC = TableSpec(
     "Chan et al. 2020 on evaluation curves (median over ok runs): dispersion across time (IQR of detrended "
     "returns, lower is better), short-term risk (CVaR of step-to-step changes, higher is better), long-term "
     "risk (CVaR of drawdowns, lower is better); across runs: dispersion (IQR, lower is better) and risk (CVaR of "
-    "final returns, higher is better). Update traces: mean over runs of each run's mean.",
+    "final returns, higher is better). Train dispersion is over training episodes: 'Training curve' says which ("
+    "'capped at N steps' = episodes cut at the algorithm's own step cap are left out). Update traces: mean over runs of "
+    "each run's mean.",
     (*ENV_ALGO, _runs(),
      Column("Dispersion (time)", "dispersion_across_time", "num", "lower"),
      Column("Short-term risk", "short_term_risk", "num", "higher"),
@@ -380,6 +382,7 @@ STABILITY_SPEC = TableSpec(
      Column("Dispersion (runs)", "dispersion_across_runs", "num", "lower"),
      Column("Risk (runs)", "risk_across_runs", "num", "higher"),
      Column("Train dispersion (time)", "train_dispersion_across_time", "num", "lower"),
+     Column("Training curve", "train_curve", "text"),
      Column("Grad variance", "grad_var_mean"), Column("Approx. KL", "approx_kl_mean"),
      Column("Entropy", "entropy_mean")),
 )  # fmt: skip

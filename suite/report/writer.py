@@ -55,11 +55,15 @@ REPORTS_DIR = Path("reports")
 BUDGETS_SPEC = TableSpec(
     "budgets",
     "Budgets and seeds",
-    "Step budget per trial, the budget tier it matches (trial records store the budget; 'custom' = none), seeds "
-    "and evaluation episodes.",
+    "Step budget per trial and the env steps the trials actually trained (record 'steps'; below the budget only for "
+    "failed trials or an algorithm's own early stop), the budget tier it matches (trial records store the budget; "
+    "'custom' = none), seeds, evaluation episodes, and which training episodes the training curves hold ('capped at N "
+    "steps': the algorithm cut episodes at its own step cap and left the cut ones out, so its curve and the "
+    "training-curve stability columns compare only whole episodes that ended within the cap).",
     (Column("Algorithm", "algo", "text"), Column("Env", "env_label", "text"), Column("Budget (steps)", "budget", "text"),
-     Column("Tier", "tier", "text"), Column("Seeds", "seeds", "text"), Column("n seeds", "n_seeds", "int"),
-     Column("Eval episodes", "n_eval_episodes", "text")),
+     Column("Steps trained", "steps", "text"), Column("Tier", "tier", "text"), Column("Seeds", "seeds", "text"),
+     Column("n seeds", "n_seeds", "int"), Column("Eval episodes", "n_eval_episodes", "text"),
+     Column("Training curve", "train_curve", "text")),
     group=None,
 )  # fmt: skip
 
