@@ -1,7 +1,10 @@
 """The suite's environment layer: every trial gets its (vector) envs from here.
 
-Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Every vector env
-returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
+Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Besides the five
+built-in ids, any registered gymnasium id works: its :class:`EnvSpec` is inferred (:func:`get_env_spec`), or
+registered by a plugin (:func:`register_env_spec`).
+
+Every vector env returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
 
 * ``reset(seed=int)`` seeds sub-env ``k`` with ``seed + k``; ``reset(seed=[s0, s1, ...])`` seeds each sub-env
   explicitly (``vectorization="sync"``/``"async"``; the CartPole fast path takes int seeds only). Every seeded
