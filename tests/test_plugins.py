@@ -20,6 +20,7 @@ import gymnasium as gym
 import pytest
 
 from suite import api, plugins
+from suite.cli import main
 from suite.envs import get_env_spec, list_envs
 from suite.errors import UserError
 from suite.registry import get_algorithm, list_algorithms
@@ -374,6 +375,18 @@ def test_broken_or_clashing_file_plugin_is_one_line_and_exit_2_before_anything_r
         assert done.returncode == 2
         assert message.format(path=path) in _one_error_line(done.stderr)
     assert not db.exists()
+
+
+@pytest.mark.parametrize("command", [["report", "default"], ["evaluate", "model.pt"], ["list"]])
+def test_every_command_that_resolves_algorithms_takes_plugin(tmp_path, capsys, command, isolated):
+    path = _write(tmp_path / "bad.py", "raise RuntimeError('no')\n")
+    assert main([*command, "--plugin", str(path)]) == 2
+    assert (
+        _one_error_line(capsys.readouterr().err) == f"suite: error: plugin 'bad' ({path}) failed to import: RuntimeError: no"
+    )
+    good = _write(tmp_path / "my_ppo.py", MY_PPO)
+    assert main(["list", "--plugin", str(good)]) == 0
+    assert "my-ppo" in capsys.readouterr().out
 
 
 def test_broken_installed_plugin_package_is_one_line_naming_it(tmp_path):
