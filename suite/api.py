@@ -1,8 +1,9 @@
 """The public API for plugins: what an algorithm or env outside the suite is written against.
 
 A plugin imports from here only (``from suite import api``), never from the modules behind it, so the suite can
-move and optimise its internals without breaking plugins. Everything here is a re-export; the documentation of
-each name is on the original (``help(api.RolloutCollector)``). A plugin written against this module gets the
+move and optimise its internals without breaking plugins. Every name but :data:`API_VERSION`, :data:`STABLE`,
+:data:`UNSTABLE` and :func:`require_api` is a re-export; its documentation is on the original
+(``help(api.RolloutCollector)``). ``docs/plugins.md`` is the guide. A plugin written against this module gets the
 suite's guarantees without extra code: seeding and the evaluation protocol (:class:`TrialContext`), records,
 reports, claims and regression gates (every trial of a registered algorithm is an ordinary trial).
 
