@@ -33,12 +33,20 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results database (default: $SUITE_DB or results/suite.db)")
 
 
+def _add_plugin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin", action="append", metavar="FILE.py|MODULE",
+        help="load an algorithm/env plugin first (repeatable); installed plugin packages load by themselves",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="suite", description="Seeded, recorded, resumable RL benchmark trials and their reports.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     p = sub.add_parser("list", help="algorithms, environments and studies")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_plugin(p)
 
     p = sub.add_parser("run", help="run a study (default: the 'default' study) or an ad-hoc selection")
     p.add_argument("study", nargs="?", help="study name (see 'suite list') or path to a study TOML")
@@ -55,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
+    _add_plugin(p)
     _add_db(p)
 
     p = sub.add_parser("status", help="what the results database holds")
@@ -69,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study", nargs="?", help="study name as recorded in the database (default: default)")
     p.add_argument("-o", "--output", help="output folder (default: reports/<study>/)")
     p.add_argument("--reps", type=int, help="bootstrap resamples for confidence intervals")
+    _add_plugin(p)
     _add_db(p)
 
     p = sub.add_parser("reproduce", help="check a published claim set: run its missing trials, a verdict per cell")
@@ -79,22 +89,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="parallel trial processes (default: one per core)")
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_plugin(p)
     _add_db(p)
 
     p = sub.add_parser("evaluate", help="re-evaluate a saved policy without retraining")
     p.add_argument("model", help="path of a saved policy (.pt)")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="trial seed whose evaluation seeds are used")
+    _add_plugin(p)
     return parser
 
 
 # -- commands ----------------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
     from suite.envs import list_envs
+    from suite.plugins import loaded_plugins
     from suite.registry import list_algorithms
     from suite.study import list_studies
 
-    algos = [
+    algos: list[dict[str, Any]] = [
         {
             "id": a.id,
             "version": a.version,
@@ -103,6 +116,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             "summary": a.summary,
             "reference": a.reference,
             "aliases": list(a.aliases),
+            "plugin": a.plugin,
+            "plugin_version": a.plugin_version,
         }
         for a in list_algorithms()
     ]
@@ -111,17 +126,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     ]
     studies = list_studies()
     claim_sets = _claim_sets()
+    plugins: list[dict[str, Any]] = [
+        {**p.as_dict(), "algorithms": list(p.algorithms), "envs": list(p.envs)} for p in loaded_plugins()
+    ]
     if args.json:
-        print(json.dumps({"algorithms": algos, "envs": envs, "studies": studies, "claim_sets": claim_sets}, indent=2))
+        out = {"algorithms": algos, "envs": envs, "studies": studies, "claim_sets": claim_sets, "plugins": plugins}
+        print(json.dumps(out, indent=2))
         return 0
     print("Algorithms:")
     for a in algos:
         alias = f" (aliases: {', '.join(a['aliases'])})" if a["aliases"] else ""
-        print(f"  {a['id']:<20} v{a['version']:<7} {'/'.join(a['action_spaces']):<14} {a['summary']}{alias}")
+        origin = f" [plugin {a['plugin']} {a['plugin_version'] or ''}]".replace(" ]", "]") if a["plugin"] else ""
+        print(f"  {a['id']:<20} v{a['version']:<7} {'/'.join(a['action_spaces']):<14} {a['summary']}{alias}{origin}")
         print(f"  {'':<20} {'':<8} {'':<14} ref: {a['reference']}")
     print("Environments:")
     for e in envs:
         print(f"  {e['id']:<16} {e['family']:<8} {e['action_space']:<9} {e['observation']}")
+    print("  and any registered gymnasium id (e.g. Acrobot-v1): spaces, episode limit and family inferred")
     print("Studies:")
     for s in studies:
         print(f"  {s}")
@@ -129,6 +150,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     for c in claim_sets:
         stand_in = " [stand-in]" if c["stand_in"] else ""
         print(f"  {c['name']:<24} {c['cells']:>3} cells  {c['title']}{stand_in}")
+    if plugins:
+        print("Plugins:")
+        for p in plugins:
+            provides = ", ".join(p["algorithms"] + p["envs"]) or "nothing"
+            print(f"  {p['name']} {p['version'] or ''} ({p['kind']}: {p['source']}): {provides}")
     return 0
 
 
@@ -195,9 +221,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be >= 1, got {args.steps}")
     if args.study is None and args.env:
-        study = parse_study({"name": "adhoc", "envs": args.env, "algos": args.algo or ["*"]})
+        study = parse_study({"name": "adhoc", "envs": args.env, "algos": args.algo or ["*"]}, plugins=args.plugin or ())
     else:
-        study = load_study(args.study or "default")
+        study = load_study(args.study or "default", plugins=args.plugin or ())
     seeds = parse_seeds(args.seeds) if args.seeds else None
     overrides = _parse_overrides(args.set)
     specs = study.trials(
@@ -375,6 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        if getattr(args, "plugin", None):
+            from suite.plugins import load_plugins
+
+            load_plugins(args.plugin)  # before anything resolves an algorithm; a broken plugin stops here
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"suite: error: {exc}", file=sys.stderr)

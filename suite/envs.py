@@ -1,7 +1,10 @@
 """The suite's environment layer: every trial gets its (vector) envs from here.
 
-Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Every vector env
-returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
+Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Besides the five
+built-in ids, any registered gymnasium id works: its :class:`EnvSpec` is inferred (:func:`get_env_spec`), or
+registered by a plugin (:func:`register_env_spec`).
+
+Every vector env returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
 
 * ``reset(seed=int)`` seeds sub-env ``k`` with ``seed + k``; ``reset(seed=[s0, s1, ...])`` seeds each sub-env
   explicitly (``vectorization="sync"``/``"async"``; the CartPole fast path takes int seeds only). Every seeded
@@ -16,6 +19,7 @@ returned by :func:`make_vec_env` has the same contract, which the rollout core r
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,14 +60,35 @@ def _register_textmatch() -> None:
 _register_textmatch()
 
 
+FAMILIES = ("classic", "box2d", "atari", "mujoco", "text", "toy_text", "other")
+"""Env families. ``atari`` selects the suite's Atari pipeline (:func:`make_single_env`); the others build the env
+with ``gym.make`` as registered."""
+
+# Module prefixes of gymnasium entry points -> family (an inferred spec's family; "other" when none matches).
+_FAMILY_OF_MODULE = (
+    ("gymnasium.envs.classic_control", "classic"),
+    ("gymnasium.envs.box2d", "box2d"),
+    ("gymnasium.envs.mujoco", "mujoco"),
+    ("gymnasium.envs.toy_text", "toy_text"),
+    ("ale_py", "atari"),
+    ("suite.textmatch", "text"),
+)
+
+
 @dataclass(frozen=True)
 class EnvSpec:
-    """What the suite knows about one environment id (static; kwargs are resolved by :func:`resolve_env_kwargs`)."""
+    """What the suite knows about one environment id (static; kwargs are resolved by :func:`resolve_env_kwargs`).
+
+    The five built-in ids have hand-written specs; any other registered gymnasium id gets an inferred one
+    (:func:`get_env_spec`), and a plugin may register its own (:func:`register_env_spec`) to override the
+    inference or to add reference numbers and budgets. Round-trips through :meth:`as_dict` (JSON).
+    """
 
     id: str
     """Versioned gymnasium id, e.g. ``"CartPole-v1"``, ``"ALE/Pong-v5"``."""
     family: str
-    """``"classic"``, ``"box2d"``, ``"atari"``, ``"mujoco"`` or ``"text"``."""
+    """One of :data:`FAMILIES`: ``"classic"``, ``"box2d"``, ``"atari"``, ``"mujoco"``, ``"text"``, ``"toy_text"``,
+    ``"other"``."""
     action_space: str
     """``"discrete"`` or ``"box"``."""
     observation: str
@@ -72,6 +97,42 @@ class EnvSpec:
     """Agent steps per episode cap of the env itself with default kwargs (Pong: 108000 frames / 4 = 27000)."""
     default_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     """Env constructor kwargs used when the user gives none (read-only mapping)."""
+    threshold: float | None = None
+    """Sample-efficiency target in raw return, used when ``suite/data/envs.toml`` has no entry for the id
+    (inferred specs: gymnasium's ``reward_threshold``); None: no threshold."""
+    random_score: float | None = None
+    """Expected return of a uniformly random policy (normalised score 0), when ``envs.toml`` has none."""
+    reference_score: float | None = None
+    """A published trained-agent return (normalised score 1), when ``envs.toml`` has none. Without both scores
+    the env's results are reported as not normalised."""
+    references_source: str = ""
+    """Where ``threshold``, ``random_score`` and ``reference_score`` come from."""
+    budgets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """Step budget per tier (``smoke``/``quick``/``standard``/``paper``), used when neither the study nor
+    ``suite/data/tiers.toml`` gives one (read-only mapping)."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"env spec {self.id!r}: unknown family {self.family!r}; allowed: {', '.join(FAMILIES)}")
+        if self.action_space not in ("discrete", "box"):
+            raise ValueError(f"env spec {self.id!r}: action_space must be 'discrete' or 'box', got {self.action_space!r}")
+        if self.observation not in ("vector", "image"):
+            raise ValueError(f"env spec {self.id!r}: observation must be 'vector' or 'image', got {self.observation!r}")
+        if (
+            isinstance(self.max_episode_steps, bool)
+            or not isinstance(self.max_episode_steps, int)
+            or self.max_episode_steps < 1
+        ):
+            raise ValueError(f"env spec {self.id!r}: max_episode_steps must be a positive int, got {self.max_episode_steps!r}")
+        for name in ("default_kwargs", "budgets"):
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+
+    @property
+    def normalised(self) -> bool:
+        """Whether the spec gives both scores that define the normalised score."""
+        return self.random_score is not None and self.reference_score is not None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready plain dict of all fields."""
@@ -82,10 +143,24 @@ class EnvSpec:
             "observation": self.observation,
             "max_episode_steps": self.max_episode_steps,
             "default_kwargs": dict(self.default_kwargs),
+            "threshold": self.threshold,
+            "random_score": self.random_score,
+            "reference_score": self.reference_score,
+            "references_source": self.references_source,
+            "budgets": dict(self.budgets),
         }
 
 
+class DuplicateEnvSpecError(ValueError):
+    """An env spec id that is already registered (built-in or by a plugin); never overridden."""
+
+
 _SPECS: dict[str, EnvSpec] = {}
+"""The built-in specs."""
+_PLUGIN_SPECS: dict[str, tuple[EnvSpec, str | None]] = {}
+"""Specs registered by plugins (:func:`register_env_spec`), with the registering plugin's name."""
+_INFERRED: dict[str, EnvSpec] = {}
+"""Specs inferred from gymnasium's registry, cached per process."""
 
 
 def _add_spec(spec: EnvSpec) -> None:
@@ -119,21 +194,139 @@ VECTORIZATIONS = ("auto", "sync", "async")
 _AUTO_ASYNC_FAMILIES: frozenset[str] = frozenset()
 
 
+def register_env_spec(spec: EnvSpec) -> EnvSpec:
+    """Register an :class:`EnvSpec` for a gymnasium id (a plugin's own env, or one whose inferred spec should be
+    replaced: other spaces, reference scores, budgets). Called while a plugin loads, it is attributed to it.
+
+    The env itself must already be registered with gymnasium (``gymnasium.register``); when gymnasium knows an
+    episode limit for it, ``spec.max_episode_steps`` must equal it (the suite sizes buffers and caps from it).
+
+    Returns:
+        ``spec``.
+
+    Raises:
+        DuplicateEnvSpecError: the id is a built-in or already registered by a plugin (never overridden).
+        ValueError: the id is not registered with gymnasium, or the episode limit disagrees with gymnasium's.
+    """
+    from suite.plugins import current_plugin
+
+    if spec.id in _SPECS:
+        raise DuplicateEnvSpecError(f"env id {spec.id!r} is a built-in env spec; env specs are never overridden")
+    if spec.id in _PLUGIN_SPECS:
+        owner = _PLUGIN_SPECS[spec.id][1]
+        by = f"by plugin {owner!r}" if owner else "outside any plugin"
+        raise DuplicateEnvSpecError(f"env id {spec.id!r} is already registered ({by}); env specs are never overridden")
+    registered = gym.registry.get(spec.id)
+    if registered is None:
+        raise ValueError(f"env spec {spec.id!r}: no such gymnasium id; register the env with gymnasium.register first")
+    limit = registered.max_episode_steps
+    if spec.family != "atari" and limit is not None and limit != spec.max_episode_steps:
+        raise ValueError(
+            f"env spec {spec.id!r}: max_episode_steps {spec.max_episode_steps} differs from the gymnasium "
+            f"registration's {limit}"
+        )
+    plugin = current_plugin()
+    _PLUGIN_SPECS[spec.id] = (spec, plugin.name if plugin else None)
+    _INFERRED.pop(spec.id, None)
+    return spec
+
+
+def snapshot_env_specs() -> dict[str, tuple[EnvSpec, str | None]]:
+    """A copy of the plugin-registered specs (for :func:`restore_env_specs`)."""
+    return dict(_PLUGIN_SPECS)
+
+
+def restore_env_specs(state: Mapping[str, tuple[EnvSpec, str | None]]) -> None:
+    """Put back a :func:`snapshot_env_specs`: specs registered since are removed (and inferred ones forgotten)."""
+    _PLUGIN_SPECS.clear()
+    _PLUGIN_SPECS.update(state)
+    _INFERRED.clear()
+
+
 def list_envs() -> list[EnvSpec]:
-    """All supported envs, in a fixed order."""
-    return list(_SPECS.values())
+    """The built-in envs in a fixed order, then the plugin-registered ones by id. Any other registered gymnasium
+    id is usable too (:func:`get_env_spec` infers its spec) but is not listed."""
+    return list(_SPECS.values()) + [_PLUGIN_SPECS[k][0] for k in sorted(_PLUGIN_SPECS)]
 
 
 def get_env_spec(env_id: str) -> EnvSpec:
-    """The :class:`EnvSpec` of ``env_id``.
+    """The :class:`EnvSpec` of ``env_id``: built-in, else registered by a plugin, else inferred from gymnasium.
+
+    An inferred spec takes the action space (``Discrete`` -> discrete, 1-D ``Box`` -> box), observation (1- or
+    2-D ``Box`` -> vector; Atari ids -> image through the suite's Atari pipeline), episode limit
+    (``max_episode_steps``; Atari: the frame limit / 4) and family (from the entry point's module) from the env
+    and its registration, and gymnasium's ``reward_threshold`` as the sample-efficiency threshold.
 
     Raises:
-        UserError: unknown id (the message lists the allowed ids).
+        UserError: unknown id (the message lists the built-in ids and says any registered gymnasium id works),
+            or a gymnasium env the suite cannot handle (its spaces, no episode limit, it fails to build).
     """
+    if not isinstance(env_id, str):
+        raise UserError(f"an env id is a string, got {env_id!r}")
+    spec = _SPECS.get(env_id)
+    if spec is not None:
+        return spec
+    if env_id not in _PLUGIN_SPECS:
+        from suite.plugins import load_entry_points
+
+        load_entry_points()  # installed env plugins (entry-point group rl_suite.envs) may register it
+    if env_id in _PLUGIN_SPECS:
+        return _PLUGIN_SPECS[env_id][0]
+    if env_id not in _INFERRED:
+        if env_id not in gym.registry:
+            close = difflib.get_close_matches(env_id, [*_SPECS, *_PLUGIN_SPECS, *gym.registry], n=3, cutoff=0.75)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            known = ", ".join([*_SPECS, *sorted(_PLUGIN_SPECS)])
+            raise UserError(f"unknown env id {env_id!r}; allowed: {known}, or any registered gymnasium id{hint}")
+        _INFERRED[env_id] = _infer_spec(env_id)
+    return _INFERRED[env_id]
+
+
+def _family(entry_point: Any) -> str:
+    module = entry_point.partition(":")[0] if isinstance(entry_point, str) else getattr(entry_point, "__module__", "")
+    return next((family for prefix, family in _FAMILY_OF_MODULE if str(module).startswith(prefix)), "other")
+
+
+def _infer_spec(env_id: str) -> EnvSpec:
+    """Build the env once with its registered defaults and read what the suite needs from it (see get_env_spec)."""
+    registered = gym.registry[env_id]
+    family = _family(registered.entry_point)
     try:
-        return _SPECS[env_id]
-    except (KeyError, TypeError):
-        raise UserError(f"unknown env id {env_id!r}; allowed: {', '.join(_SPECS)}") from None
+        env = gym.make(env_id)
+    except Exception as exc:  # noqa: BLE001  (a missing extra, a broken env: the user's id cannot be used)
+        raise UserError(f"cannot build gymnasium env {env_id!r} to infer its spec: {type(exc).__name__}: {exc}") from None
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    unsupported = f"the suite cannot run {env_id!r}"
+    if isinstance(act_space, gym.spaces.Discrete) and int(act_space.start) == 0:
+        action = "discrete"
+    elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        action = "box"
+    else:
+        raise UserError(f"{unsupported}: action space {act_space} (supported: Discrete from 0, or a 1-D Box)")
+    if family == "atari":
+        observation = "image"  # the Atari pipeline turns frames into (4, 84, 84) uint8 stacks
+        # The pipeline makes the ALE with frameskip=1, so gymnasium's TimeLimit counts frames, like the ALE's own cap.
+        frames = [x for x in (registered.max_episode_steps, registered.kwargs.get("max_num_frames_per_episode")) if x]
+        limit = min(frames) // 4 if frames else None
+    elif isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (1, 2):
+        observation = "vector"
+        limit = registered.max_episode_steps
+    else:
+        raise UserError(f"{unsupported}: observation space {obs_space} (supported: a 1-D or 2-D Box, or Atari frames)")
+    if not limit:
+        raise UserError(
+            f"{unsupported}: its gymnasium registration has no episode limit (max_episode_steps); register it with "
+            "one, or register an EnvSpec for it in a plugin (suite.api.register_env_spec)"
+        )
+    threshold = registered.reward_threshold
+    return EnvSpec(
+        env_id, family, action, observation, int(limit),
+        threshold=None if threshold is None else float(threshold),
+        references_source=f"threshold: gymnasium {env_id} reward_threshold" if threshold is not None else "",
+    )  # fmt: skip
 
 
 def resolve_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None) -> dict[str, Any]:

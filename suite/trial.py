@@ -100,8 +100,15 @@ class TrialSpec:
     """Env steps between periodic evaluations; 0 = a tenth of the budget."""
     study: str | None = None
     """Study name, for grouping in the results database."""
+    plugins: tuple[str, ...] = ()
+    """Plugins (``.py`` file paths, absolute, or module names) to load before resolving: :meth:`resolve` loads them
+    in whichever process runs it (worker, Ray task), so they register the same algorithms and envs everywhere.
+    Not part of the trial key (the algorithm id and version are); the record's provenance names the plugin."""
 
     def resolve(self) -> ResolvedTrial:
+        from suite.plugins import load_plugins
+
+        load_plugins(self.plugins)  # also the installed (entry-point) plugins; a no-op once loaded
         if self.seed < 0:
             raise UserError(f"seed must be >= 0, got {self.seed}")
         if self.total_timesteps < 1:
@@ -521,7 +528,7 @@ def _assemble(
         "baseline_rss_mb": baseline_rss,
         "final_eval_mean": float(final_returns.mean()) if final_returns is not None else None,
         "final_eval_std": float(final_returns.std()) if final_returns is not None else None,
-        "provenance": collect_provenance(spec.threads),
+        "provenance": collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id),
         "suite_version": __version__,
         "started_at": started,
         "ended_at": utc_now_iso(),

@@ -81,11 +81,75 @@ def test_list_envs_and_specs() -> None:
     assert EnvSpec(**{**as_json, "default_kwargs": as_json["default_kwargs"]}).as_dict() == text.as_dict()
 
 
-def test_unknown_id_lists_allowed_ids() -> None:
-    with pytest.raises(UserError, match=r"unknown env id 'Pong-v0'; allowed: CartPole-v1, .*TextMatch-v0"):
-        get_env_spec("Pong-v0")
-    with pytest.raises(UserError, match="unknown env id"):
-        make_vec_env("Pong-v0", 2)
+def test_unknown_id_lists_allowed_ids_and_close_gymnasium_ids() -> None:
+    with pytest.raises(
+        UserError,
+        match=r"^unknown env id 'Acrobot-v9'; allowed: CartPole-v1, .*TextMatch-v0, or any registered gymnasium id; "
+        r"did you mean 'Acrobot-v1'\?$",
+    ):
+        get_env_spec("Acrobot-v9")
+    with pytest.raises(UserError, match="unknown env id 'NoSuchEnv-v0'; allowed: .*gymnasium id$"):
+        make_vec_env("NoSuchEnv-v0", 2)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "expected"),
+    [
+        ("Acrobot-v1", ("classic", "discrete", "vector", 500, -100.0)),
+        ("MountainCarContinuous-v0", ("classic", "box", "vector", 999, 90.0)),
+        ("Pendulum-v1", ("classic", "box", "vector", 200, None)),
+        ("ALE/Breakout-v5", ("atari", "discrete", "image", 27000, None)),  # 108000 frames / 4 frames per step
+    ],
+)
+def test_any_gymnasium_id_gets_an_inferred_spec(env_id: str, expected: tuple[Any, ...]) -> None:
+    spec = get_env_spec(env_id)
+    assert (spec.family, spec.action_space, spec.observation, spec.max_episode_steps, spec.threshold) == expected
+    assert spec is get_env_spec(env_id)  # inferred once per process
+    assert env_id not in {s.id for s in list_envs()}  # usable, not listed
+
+
+def test_an_inferred_env_runs_through_the_vector_env_contract() -> None:
+    envs = make_vec_env("Acrobot-v1", 2, vectorization="sync")
+    try:
+        first, _ = _rollout(envs, 7, 5)
+        second, _ = _rollout(envs, 7, 5)
+        assert first.shape == (6, 2, 6) and np.array_equal(first, second)
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "match"),
+    [
+        ("FrozenLake-v1", r"the suite cannot run 'FrozenLake-v1': observation space Discrete\(16\)"),
+        ("Blackjack-v1", "the suite cannot run 'Blackjack-v1': observation space Tuple"),
+    ],
+)
+def test_gymnasium_ids_the_suite_cannot_run_are_one_line_user_errors(env_id: str, match: str) -> None:
+    with pytest.raises(UserError, match=match) as err:
+        get_env_spec(env_id)
+    assert "\n" not in str(err.value)
+
+
+def test_a_gymnasium_id_without_an_episode_limit_is_refused() -> None:
+    gym.register("SuiteNoLimit-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    try:
+        with pytest.raises(UserError, match="its gymnasium registration has no episode limit"):
+            get_env_spec("SuiteNoLimit-v0")
+    finally:
+        gym.registry.pop("SuiteNoLimit-v0")
+
+
+def test_env_spec_validates_and_round_trips_new_fields() -> None:
+    spec = EnvSpec("X-v0", "other", "box", "vector", 10, random_score=0.0, reference_score=1.0, budgets={"quick": 5})
+    assert spec.normalised and dict(spec.budgets) == {"quick": 5}
+    with pytest.raises(TypeError):
+        spec.budgets["quick"] = 6  # type: ignore[index]
+    assert EnvSpec(**json.loads(json.dumps(spec.as_dict()))) == spec
+    with pytest.raises(ValueError, match="max_episode_steps must be a positive int"):
+        EnvSpec("X-v0", "other", "box", "vector", 0)
+    with pytest.raises(ValueError, match="action_space must be 'discrete' or 'box'"):
+        EnvSpec("X-v0", "other", "multi", "vector", 10)
 
 
 def test_resolve_env_kwargs() -> None:

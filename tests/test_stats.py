@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from pandas.testing import assert_frame_equal
 
 from suite import stats as st
 from suite.errors import UserError
@@ -89,9 +90,13 @@ def test_env_reference_text_match_agrees_with_env_module() -> None:
         assert ref.reference_score == pytest.approx(len(target) * textmatch.MATCH_REWARD)
 
 
-def test_env_reference_unknown_env_and_language_are_user_errors() -> None:
-    with pytest.raises(UserError, match="no reference data for env 'Walker2d-v5'.*CartPole-v1"):
-        st.env_reference("Walker2d-v5")
+def test_env_without_reference_data_is_not_normalised_and_a_bad_language_is_a_user_error() -> None:
+    walker = st.env_reference("Walker2d-v5")  # any gymnasium id: spec inferred, no scores anywhere
+    assert not walker.normalised and np.isnan(walker.normalise(1000.0))
+    assert np.isnan(walker.threshold) and "not normalised: no random and reference scores for Walker2d-v5" in walker.source
+    acrobot = st.env_reference("Acrobot-v1")  # not built in, but envs.toml has its numbers
+    assert acrobot.normalised and (acrobot.threshold, acrobot.reference_score) == (-100.0, pytest.approx(-73.506))
+    assert st.env_reference("MountainCarContinuous-v0").threshold == 90.0  # gymnasium's reward_threshold
     with pytest.raises(UserError, match="language 'klingon'"):
         st.env_reference("TextMatch-v0", {"language": "klingon"})
 
@@ -267,6 +272,23 @@ def test_bad_inputs_are_user_errors() -> None:
         st.final_score_table(trials.drop(columns="final_eval_mean"), reps=REPS)
     with pytest.raises(UserError, match="without a finite final_eval_mean"):
         st.final_score_table(trials.assign(final_eval_mean=float("nan")), reps=REPS)
+
+
+def test_an_env_without_scores_is_left_out_of_aggregates_and_has_no_threshold() -> None:
+    trials = make_trials()
+    walker = trials[trials["env_id"] == "CartPole-v1"].assign(env_id="Walker2d-v5", env_label="Walker2d-v5", env_kwargs=None)
+    walker = walker.assign(key=walker["key"] + "/walker")
+    both = pd.concat([trials, walker], ignore_index=True)
+    pooled = ["algo", "n_envs", "envs", "iqm", "iqm_lo", "iqm_hi", "optimality_gap", "optimality_gap_lo", "optimality_gap_hi"]
+    assert_frame_equal(st.aggregate_table(both, reps=REPS)[pooled], st.aggregate_table(trials, reps=REPS)[pooled])
+    final = st.final_score_table(both, reps=REPS).set_index(["algo", "env_label"])
+    assert final.loc[("ppo", "Walker2d-v5"), "mean"] == final.loc[("ppo", "CartPole-v1"), "mean"]
+    assert np.isnan(final.loc[("ppo", "Walker2d-v5"), "norm_mean"])
+    evals = pd.DataFrame({"key": walker["key"], "step": 100, "return": walker["final_eval_mean"]})
+    efficiency = st.sample_efficiency_table(walker, evals).set_index("algo")
+    assert np.isnan(efficiency.loc["ppo", "threshold"]) and np.isnan(efficiency.loc["ppo", "steps_to_threshold_median"])
+    with pytest.raises(UserError, match="not normalised: no env of these runs \\(Walker2d-v5\\)"):
+        st.aggregate_table(walker, reps=REPS)
 
 
 def test_aggregate_and_poi_tables() -> None:

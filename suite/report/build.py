@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -341,6 +341,23 @@ PROVENANCE_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
+def plugins_description(algos: Iterable[str], env_ids: Iterable[str], prov: Sequence[dict[str, Any]]) -> str:
+    """Which plugin (name, version) provided which algorithm or env, from each trial's provenance (see
+    :func:`suite.provenance.collect_provenance`); ``"none"`` when every algorithm and env is the suite's own."""
+
+    def label(plugin: dict[str, Any]) -> str:
+        version = plugin.get("version") or (f"sha256 {plugin['sha256'][:12]}" if plugin.get("sha256") else "unversioned")
+        return f"{plugin.get('name')} {version} ({plugin.get('kind')})"
+
+    found = set()
+    for algo, env_id, p in zip(algos, env_ids, prov, strict=True):
+        if p.get("algo_plugin"):
+            found.add(f"algorithm {algo} from {label(p['algo_plugin'])}")
+        if p.get("env_plugin"):
+            found.add(f"env {env_id} from {label(p['env_plugin'])}")
+    return ", ".join(sorted(found)) or "none (the suite's own algorithms and envs)"
+
+
 def provenance_frame(trials: pd.DataFrame) -> pd.DataFrame:
     """Where the runs came from: one row per field, distinct values with trial counts.
 
@@ -370,6 +387,7 @@ def provenance_frame(trials: pd.DataFrame) -> pd.DataFrame:
     rows = [{"field": title, "values": describe_values([extract[name](p) for p in prov])} for name, title in PROVENANCE_FIELDS]
     versions = [f"{a} {v}" for a, v in zip(trials["algo"], trials["algo_version"], strict=True)]
     rows.append({"field": "Algorithm versions", "values": ", ".join(sorted(set(versions)))})
+    rows.append({"field": "Plugins", "values": plugins_description(trials["algo"], trials["env_id"], prov)})
     packages = sorted({name for p in prov for name in (p.get("packages") or {})})
     for name in packages:
         rows.append(

@@ -144,10 +144,19 @@ def _algo_counts(counts: pd.DataFrame) -> pd.DataFrame:
 
 
 def _task_scores(trials: pd.DataFrame, refs: Mapping[str, EnvReference]) -> dict[str, dict[str, np.ndarray]]:
-    """``{algo: {env_label: normalised final scores of ok trials, shape (n_ok,)}}`` for non-empty groups."""
+    """``{algo: {env_label: normalised final scores of ok trials, shape (n_ok,)}}`` for non-empty groups of envs that
+    are normalised (an env without random/reference scores is left out of every across-env aggregate).
+
+    Raises:
+        UserError: no env of the trials is normalised.
+    """
     ok = _ok_final_scores(trials)
+    if refs and not any(ref.normalised for ref in refs.values()):
+        raise UserError(f"not normalised: no env of these runs ({', '.join(refs)}) has random and reference scores")
     out: dict[str, dict[str, np.ndarray]] = {}
     for (algo, label), rows in ok.groupby(GROUP, sort=True):
+        if not refs[str(label)].normalised:
+            continue
         out.setdefault(str(algo), {})[str(label)] = refs[str(label)].normalise(rows["final_eval_mean"].to_numpy(float))
     return out
 
@@ -488,7 +497,8 @@ def sample_efficiency_table(trials: pd.DataFrame, evals: pd.DataFrame) -> pd.Dat
             {
                 "threshold": refs[label].threshold,
                 "n_reached": int(reached.size),
-                "steps_to_threshold_median": _median_with_never(steps),
+                # No threshold (NaN): "n/a", not "not reached".
+                "steps_to_threshold_median": _median_with_never(steps) if np.isfinite(refs[label].threshold) else np.nan,
                 "steps_to_threshold_mean": float(reached.mean()) if reached.size else float("nan"),
                 "auc_mean": float(np.nanmean(auc)) if np.isfinite(auc).any() else float("nan"),
                 "auc_std": float(np.nanstd(auc, ddof=1)) if np.isfinite(auc).sum() > 1 else float("nan"),
