@@ -495,6 +495,15 @@ class ResultsStore:
             return 0
         return int(row[0]) if row[0] is not None else 1
 
+    def seconds_per_step(self) -> dict[tuple[str, str], float]:
+        """``{(algo, env_id): wall seconds per trained env step}`` over the ok trials recorded (start-up and
+        evaluations included, so it estimates a whole trial's wall time from its budget)."""
+        rows = self._conn.execute(
+            "SELECT algo, env_id, SUM(wall_time_s), SUM(steps) FROM trials WHERE status = 'ok' AND steps > 0"
+            " AND wall_time_s IS NOT NULL GROUP BY algo, env_id"
+        ).fetchall()
+        return {(algo, env): wall / steps for algo, env, wall, steps in rows if steps}
+
     def failure_summary(self) -> pd.DataFrame:
         """Trials that are not ``ok``, counted per (study, status, failure_kind), for ``suite status``.
 

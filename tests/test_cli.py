@@ -80,3 +80,17 @@ def test_run_status_export_end_to_end_and_resume(tmp_path):
         [*SUITE, "export", "--table", "nope", "-o", str(out), "--db", str(db)], capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_asking_for_ray_without_ray_installed_is_one_line(tmp_path):
+    code = "import sys; sys.modules['ray'] = None; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "run", "--algo", "ppo", "--env", "TextMatch-v0", "--steps", "64", "--executor", "ray",
+         "--db", str(tmp_path / "x.db"), "--no-report"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "suite: error: --executor ray needs Ray, which is not installed here: pip install -e '.[ray]' (ray 2.60.0)"
+    ]
+    assert not (tmp_path / "x.db").exists()
