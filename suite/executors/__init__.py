@@ -235,9 +235,10 @@ def confirm_plan(plan: Plan, *, assume_yes: bool) -> None:
     """
     if plan.to_run <= LARGE_RUN_TRIALS or assume_yes:
         return
-    refusal = f"{plan.to_run:,} trials to run is more than {LARGE_RUN_TRIALS:,}; add --yes to start them"
+    refusal = f"{plan.describe()}: more than {LARGE_RUN_TRIALS:,} trials to run; add --yes to start them"
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UserError(refusal)
+    print(f"plan: {plan.describe()}", file=sys.stderr)
     print(f"Start {plan.to_run:,} trials? [y/N] ", end="", file=sys.stderr, flush=True)
     try:
         answer = input()
@@ -340,12 +341,12 @@ def execute(
                 )  # fmt: skip
             finally:
                 store.end_run(run_id)
-        signum = interrupted()
+        if options.print_table and interrupted() is None and not summary.interrupted:
+            print_summary(store, keys)
+        signum = interrupted()  # also one that arrived after the last trial: the caller stops (no report)
         if signum is not None and not summary.interrupted:
             summary.interrupted, summary.signum = True, signum
             summary.not_run = len(tasks) - len(summary.finished)
-        if options.print_table and not summary.interrupted:
-            print_summary(store, keys)
     return summary
 
 
