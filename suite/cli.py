@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from suite.errors import UserError
-from suite.executors.common import Interrupted, raising_interrupts
+from suite.interrupts import Interrupted, raising_interrupts
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -333,9 +333,13 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit code (0, 2 for a user mistake, 128 + signal when interrupted)."""
-    with raising_interrupts():
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one command; returns the exit code (0, 2 for a user mistake, 128 + signal when interrupted).
+
+    ``exiting``: the process ends right after (see :func:`console_main`): SIGINT/SIGTERM are ignored once the command
+    has returned, instead of getting their previous handlers back.
+    """
+    with raising_interrupts(then_ignore=exiting):
         try:
             parser = build_parser()
             args = parser.parse_args(argv)
@@ -356,5 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(0)
 
 
+def console_main() -> None:
+    """The ``suite`` command: run :func:`main` and exit with its code. A signal that arrives after the command is
+    done (the process is exiting) is ignored, so the exit status is the command's, never a death by signal."""
+    sys.exit(main(exiting=True))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -128,9 +128,11 @@ def test_ray_trial_that_raises_is_kept_and_one_past_its_timeout_is_ended(local_r
     assert_intact(db)
 
 
-def test_ray_driver_sigkilled_mid_study_leaves_no_ray_process_and_the_rerun_completes(tmp_path):
+def test_ray_driver_sigkilled_then_interrupted_then_rerun_completes_the_study(tmp_path):
+    """SIGKILL of the driver mid-study: Ray exits with it, finished trials stay. Ctrl-C of the re-run: exit 130, one
+    line, no failure recorded. A third run completes the study, each trial once."""
     db = tmp_path / "d.db"
-    argv = [*SUITE, "run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-3", "--steps", "2048", "--workers", "1",
+    argv = [*SUITE, "run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-5", "--steps", "2048", "--workers", "1",
             "--executor", "ray", "--db", str(db), "--no-report", "--quiet"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_until(lambda: len(recorded(db)) >= 1, 300, "a trial to be recorded")
@@ -148,12 +150,24 @@ def test_ray_driver_sigkilled_mid_study_leaves_no_ray_process_and_the_rerun_comp
             agent.kill()
     with ResultsStore(db) as store:
         saved = {k: assert_complete(store, k) for k in store.finished_keys()}
-    assert 1 <= len(saved) < 4
+    assert 1 <= len(saved) < 6
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_until(lambda: len(recorded(db)) > len(saved), 300, "the re-run to record a trial")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.startswith("suite:")]
+    assert proc.returncode == 130 and lines == [err.strip().splitlines()[-1]], err
+    assert "interrupted by SIGINT" in lines[0] and "Traceback" not in err
+    with ResultsStore(db) as store:
+        assert all(assert_complete(store, k)["status"] == "ok" for k in store.finished_keys())
+        done = len(store.finished_keys())
+
     rerun = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{len(saved)} already recorded, {4 - len(saved)} to run" in rerun.stderr  # resumed, not restarted
+    assert f"{done} already recorded, {6 - done} to run" in rerun.stderr  # resumed, not restarted
     with ResultsStore(db) as store:
-        assert len(store.finished_keys()) == 4
+        assert len(store.finished_keys()) == 6
         assert all(store.get_trial(k)["attempts"] == 1 for k in store.finished_keys())
         for k, r in saved.items():
             assert store.get_trial(k)["ended_at"] == r["ended_at"]

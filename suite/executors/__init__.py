@@ -23,18 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import UserError
-from suite.executors.common import (
-    Backend,
-    Interrupted,
-    Policy,
-    RunSummary,
-    Task,
-    default_trial_timeout,
-    deferred_interrupts,
-    drive,
-    raising_interrupts,
-    worker_count,
-)
+from suite.executors.common import Backend, Policy, RunSummary, Task, default_trial_timeout, drive, worker_count
+from suite.interrupts import Interrupted, deferred_interrupts, raising_interrupts
 from suite.store import ResultsStore
 from suite.trial import ResolvedTrial, TrialSpec
 

@@ -11,9 +11,10 @@ kill it. :func:`drive` decides everything else, identically for all of them:
   code raised (``exception``) or produced NaN (``diverged``) is recorded at once: the same inputs give the same
   failure, so a retry would only repeat it.
 * **An interrupted trial is never recorded as anything.** SIGINT (Ctrl-C, to the whole process group) and SIGTERM
-  only set a flag while :func:`drive` runs (:func:`deferred_interrupts`); the loop notices it, saves the records
-  that have fully arrived, kills every running trial without recording it, and returns. A worker never sees the
-  terminal's signals (the backends shield them), so it cannot die of them and be mistaken for a crash.
+  only set a flag while :func:`drive` runs (:func:`suite.interrupts.deferred_interrupts`); the loop notices it,
+  saves the records that have fully arrived, kills every running trial without recording it, and returns. A trial
+  process never sees the terminal's signals (the backends shield them), so it cannot die of them and be mistaken
+  for a crash.
 * **Each trial once, even across concurrent runs.** With a store, a trial is claimed (:meth:`ResultsStore.claim`)
   right before it starts; one claimed by another live ``suite run`` is waited for, one recorded meanwhile is
   skipped; the claim is dropped in the transaction that saves the record. The driver is the only writer.
@@ -23,15 +24,13 @@ kill it. :func:`drive` decides everything else, identically for all of them:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import signal
 import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,8 +57,6 @@ HEARTBEAT_S = 30.0
 BUSY_RECHECK_S = 5.0
 """How often a trial claimed by another live run is looked at again."""
 
-INTERRUPT_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
-
 
 def default_trial_timeout(budget: int) -> float:
     """Seconds after which a trial with this step budget is treated as hung (see :data:`TIMEOUT_MIN_STEPS_PER_S`)."""
@@ -69,99 +66,6 @@ def default_trial_timeout(budget: int) -> float:
 def is_environment_failure(record: dict[str, Any]) -> bool:
     """Whether a record is a failure caused by the machine (retried), not by the algorithm (kept as data)."""
     return record.get("status") == "failed" and record.get("failure_kind") in ENV_FAILURE_KINDS
-
-
-# -------------------------------------------------------------------------------------------------- signals
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived outside :func:`drive` (where they are deferred); the CLI exits ``128 + signum``."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-
-class _SignalState:
-    """Module-wide: whether interrupts raise (:class:`Interrupted`) or are remembered for the loop to notice."""
-
-    def __init__(self) -> None:
-        self.deferring = 0
-        self.pending: int | None = None
-
-
-_STATE = _SignalState()
-
-
-def _on_interrupt(signum: int, frame: Any) -> None:
-    if _STATE.deferring:
-        if _STATE.pending is None:
-            _STATE.pending = signum
-        return
-    raise Interrupted(signum)
-
-
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-@contextlib.contextmanager
-def raising_interrupts() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block (the CLI's ``main`` runs in one), so both end
-    the command with one line and ``128 + signum`` wherever they arrive; the previous handlers come back after."""
-    if not _in_main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, _on_interrupt) for s in INTERRUPT_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[Callable[[], int | None]]:
-    """Inside the block SIGINT/SIGTERM only set a flag; yields a function returning the signal number that arrived
-    (None if none). Outside the main thread (where handlers cannot be installed) signals are left alone."""
-    if not _in_main_thread():
-        yield lambda: None
-        return
-    previous = {s: signal.signal(s, _on_interrupt) for s in INTERRUPT_SIGNALS}
-    saved = _STATE.pending
-    _STATE.deferring += 1
-    _STATE.pending = None
-    try:
-        yield lambda: _STATE.pending
-    finally:
-        _STATE.deferring -= 1
-        inner = _STATE.pending  # an enclosing deferred block must learn of a signal that arrived in this one
-        _STATE.pending = saved if saved is not None else (inner if _STATE.deferring else None)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-@contextlib.contextmanager
-def signals_blocked() -> Iterator[None]:
-    """Block SIGINT/SIGTERM in this thread for the block: processes started inside inherit the blocked mask (and
-    so never see the terminal's signals until they choose to); signals that arrive meanwhile are delivered after."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPT_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def shield_worker_from_interrupts() -> None:
-    """In a trial process: ignore SIGINT/SIGTERM (the driver decides when a trial stops, and kills it with SIGKILL),
-    then unblock them (a signal pending since the process started is discarded by SIG_IGN, never delivered)."""
-    for s in INTERRUPT_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPT_SIGNALS)
 
 
 # ------------------------------------------------------------------------------------------------------ OOM

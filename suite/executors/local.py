@@ -35,9 +35,8 @@ from suite.executors.common import (
     Task,
     describe_exit,
     oom_kill_count,
-    shield_worker_from_interrupts,
-    signals_blocked,
 )
+from suite.interrupts import shield_worker_from_interrupts, signals_blocked
 from suite.trial import TrialSpec, run_trial
 
 PROGRESS_INTERVAL_S = 0.5
