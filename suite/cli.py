@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--trial-timeout", type=float, metavar="SECONDS",
-        help="end a trial that runs longer (failed, reason timeout); 0: no limit; default: 300 s + budget / 20 steps/s",
+        help="end a trial that runs longer (failed, reason timeout); 0: no limit; default: 300 s + budget / 5 steps/s",
     )  # fmt: skip
     p.add_argument(
         "--retry-failed", nargs="?", const="env", choices=["env", "all"],
