@@ -1,7 +1,8 @@
 """The ``suite`` command line.
 
-Every user mistake ends in one ``suite: error: ...`` line on stderr and exit code 2 (never a traceback);
-an interrupted run exits 130 after saying how many trials were saved.
+Every user mistake ends in one ``suite: error: ...`` line on stderr and exit code 2 (never a traceback).
+SIGINT (Ctrl-C) and SIGTERM end any command with one ``suite: interrupted ...`` line and exit code 130 / 143
+(128 + the signal number); an interrupted run says how many trials were saved and loses none of them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from suite.errors import UserError
+from suite.interrupts import Interrupted, raising_interrupts
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -31,6 +33,26 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results database (default: $SUITE_DB or results/suite.db)")
+
+
+def _add_exec(p: argparse.ArgumentParser) -> None:
+    """Executor options shared by ``run`` and ``reproduce``."""
+    p.add_argument("--executor", default="local", help="local (processes on this machine, default) or ray")
+    p.add_argument("--address", help="Ray cluster to use (e.g. ray://head:10001 or auto); default: start Ray here")
+    p.add_argument("--trial-gpus", type=float, default=0.0, metavar="N", help="GPUs Ray reserves per trial (default 0)")
+    p.add_argument(
+        "--max-retries", type=int, default=1, metavar="N",
+        help="start a trial again up to N times when the machine made it fail: worker died, OOM kill, timeout (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--trial-timeout", type=float, metavar="SECONDS",
+        help="end a trial that runs longer (failed, reason timeout); 0: no limit; default: 300 s + budget / 5 steps/s",
+    )  # fmt: skip
+    p.add_argument(
+        "--retry-failed", nargs="?", const="env", choices=["env", "all"],
+        help="run the study's recorded failures again: env (machine causes, the default) or all",
+    )  # fmt: skip
+    p.add_argument("--yes", action="store_true", help=f"start a run of more than {1000:,} trials without asking")
 
 
 def _add_plugin(p: argparse.ArgumentParser) -> None:
@@ -57,13 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="step budget per trial (overrides the tier)")
     p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper")
     p.add_argument("--set", action="append", metavar="[ALGO:]KEY=VALUE", help="hyperparameter override (TOML value)")
-    p.add_argument("--workers", type=int, help="parallel trial processes (default: one per core)")
+    p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--threads", type=int, help="torch threads per trial (default 1; recorded)")
     p.add_argument("--no-save-models", action="store_true", help="do not save trained policies")
     p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
     _add_plugin(p)
+    _add_exec(p)
     _add_db(p)
 
     p = sub.add_parser("status", help="what the results database holds")
@@ -74,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="FILE.csv or FILE.parquet")
     _add_db(p)
 
-    p = sub.add_parser("report", help="tables, plots and LaTeX for a study (default: the 'default' study)")
-    p.add_argument("study", nargs="?", help="study name as recorded in the database (default: default)")
+    p = sub.add_parser("report", help="tables, plots and LaTeX for a study (default: the database's only study, or 'default')")
+    p.add_argument("study", nargs="?", help="study name as recorded in the database (default: its only study, or default)")
     p.add_argument("-o", "--output", help="output folder (default: reports/<study>/)")
     p.add_argument("--reps", type=int, help="bootstrap resamples for confidence intervals")
     _add_plugin(p)
@@ -86,9 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget)")
     p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7 (default: the set's; fewer seeds stay inconclusive)")
     p.add_argument("-o", "--output", help="output folder (default: reports/claims/<set>/)")
-    p.add_argument("--workers", type=int, help="parallel trial processes (default: one per core)")
+    p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_exec(p)
     _add_plugin(p)
     _add_db(p)
 
@@ -175,8 +199,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from suite.store import default_db_path
     from suite.study import parse_seeds
 
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    options = _exec_options(args, on_finish=None)
+    options.check()
     claims = load_claim_set(args.claimset)
     seeds = parse_seeds(args.seeds) if args.seeds else None
     out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
@@ -186,16 +210,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             words += [flag, str(value)]
     words += ["--no-run"] if args.no_run else []
     _, summary = reproduce(
-        claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, workers=args.workers,
-        run=not args.no_run, show_progress=not args.quiet, command=shlex.join(words),
+        claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
+        run=not args.no_run, command=shlex.join(words),
     )  # fmt: skip
     if summary is not None and summary.interrupted:
         print(
-            f"suite: interrupted; {len(summary.finished)} finished trials were saved. Run the same command again to "
-            "complete the rest.",
+            f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials were saved. "
+            "Run the same command again to complete the rest.",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return summary.exit_code
     return 0
 
 
@@ -211,15 +235,32 @@ def _parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _exec_options(args: argparse.Namespace, on_finish: Any) -> Any:
+    from suite.executors import ExecOptions
+
+    return ExecOptions(
+        executor=args.executor, workers=args.workers, address=args.address, trial_gpus=args.trial_gpus,
+        max_retries=args.max_retries, trial_timeout=args.trial_timeout, retry_failed=args.retry_failed,
+        save_models=not getattr(args, "no_save_models", False), show_progress=not args.quiet, assume_yes=args.yes,
+        on_finish=on_finish,
+    )  # fmt: skip
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from suite.executor import run_trials
-    from suite.store import ResultsStore, default_db_path
+    from suite.executors import LARGE_RUN_TRIALS, confirm_plan, execute, make_plan
+    from suite.executors.common import worker_count
+    from suite.store import default_db_path
     from suite.study import load_study, parse_seeds, parse_study
 
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be >= 1, got {args.steps}")
+    db_path = default_db_path(args.db)
+    options = _exec_options(args, on_finish=lambda rec: _print_finished(rec, args.tensorboard))
+    options.check()
+    if options.executor == "local":
+        from suite.executors.local import start_forkserver
+
+        start_forkserver()  # it imports torch while this process resolves the trials
     if args.study is None and args.env:
         study = parse_study({"name": "adhoc", "envs": args.env, "algos": args.algo or ["*"]}, plugins=args.plugin or ())
     else:
@@ -241,52 +282,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_kwargs}) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
+    if len(specs) > LARGE_RUN_TRIALS and not args.yes:
+        # Before resolving (about 2 ms a trial): a mistyped --seeds 0-100000 is questioned at once.
+        confirm_plan(make_plan(specs, recorded=None, db_path=db_path, workers=worker_count(options.workers)), assume_yes=False)
+        options = dataclasses.replace(options, assume_yes=True)
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
-    db_path = default_db_path(args.db)
-    with ResultsStore(db_path) as store:
-        store.add_to_study(study.name, [r.key for r in resolved], tier="custom" if args.steps else args.tier or study.tier)
-        done = store.finished_keys()
-        todo = [r for r in resolved if r.key not in done]
-        tier = args.tier or study.tier
-        print(
-            f"study {study.name!r} ({tier} tier): {len(resolved)} trials, {len(resolved) - len(todo)} already in "
-            f"{db_path}, {len(todo)} to run",
-            file=sys.stderr,
-        )
-
-        def on_finish(rec: dict[str, Any]) -> None:
-            from tqdm import tqdm
-
-            if args.tensorboard:
-                from suite.report import write_tensorboard
-
-                write_tensorboard(rec, Path(args.tensorboard))
-
-            score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
-            tqdm.write(
-                f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
-                f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s"
-                + (f"  [{rec['error']}]" if rec["error"] else ""),
-                file=sys.stderr,
-            )
-
-        models_dir = None if args.no_save_models else db_path.parent / "models"
-        summary = run_trials(
-            resolved, save=store.save_trial, workers=args.workers, models_dir=models_dir, done_keys=done,
-            show_progress=not args.quiet, on_finish=on_finish,
-        )  # fmt: skip
-        keys = [r.key for r in resolved]
-        print_summary(store, keys)
+    tier = "custom" if args.steps else args.tier or study.tier
+    summary = execute(resolved, db_path=db_path, study=study.name, tier=tier, options=options)
     if summary.interrupted:
         print(
-            f"suite: interrupted; {len(summary.finished)} finished trials were saved to {db_path}. "
-            "Run the same command again to complete the rest.",
+            f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials saved to "
+            f"{db_path}, {summary.not_run} not run (run the same command again to run them)",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return summary.exit_code
     if not args.no_report:
         _maybe_report(study.name, db_path)
     return 0
+
+
+def _signal_name(signum: int | None) -> str:
+    import signal
+
+    return signal.Signals(signum).name if signum else "a signal"
+
+
+def _print_finished(rec: dict[str, Any], tensorboard: str | None) -> None:
+    """The line printed for each saved trial (and its TensorBoard files when asked)."""
+    from tqdm import tqdm
+
+    if tensorboard:
+        from suite.report import write_tensorboard
+
+        write_tensorboard(rec, Path(tensorboard))
+    score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
+    attempts = f", attempt {rec['attempts']}" if (rec.get("attempts") or 1) > 1 else ""
+    tqdm.write(
+        f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
+        f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s{attempts}"
+        + (f"  [{rec['error']}]" if rec["error"] else ""),
+        file=sys.stderr,
+    )
 
 
 def _maybe_report(study: str, db_path: Path) -> None:
@@ -310,32 +346,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.reps is not None and args.reps < 10:
         raise UserError(f"--reps must be >= 10, got {args.reps}")
     kwargs = {"reps": args.reps} if args.reps else {}
-    out = write_report(study=args.study or "default", db=path, out_dir=Path(args.output) if args.output else None, **kwargs)
+    study = args.study or _only_study(path)
+    out = write_report(study=study, db=path, out_dir=Path(args.output) if args.output else None, **kwargs)
     print(f"report written to {out}")
     return 0
 
 
-def print_summary(store: Any, keys: Sequence[str]) -> None:
-    """One line per (algo, env): trials by status, final evaluation mean and std over seeds, steps/s."""
-    df = store.trials()
-    df = df[df["key"].isin(set(keys))]
-    if df.empty:
-        return
-    rows = []
-    for (algo, env), g in df.groupby(["algo", "env_label"], sort=True):
-        ok = g[g["status"] == "ok"]
-        scores = ok["final_eval_mean"].dropna()
-        rows.append(
-            (
-                algo, env, len(g), len(ok), int((g["status"] == "failed").sum()), int((g["status"] == "diverged").sum()),
-                f"{scores.mean():.2f} ± {scores.std(ddof=0):.2f}" if len(scores) else "-",
-                f"{ok['steps_per_second'].mean():.0f}" if len(ok) else "-",
-            )
-        )  # fmt: skip
-    header = ("algo", "env", "trials", "ok", "failed", "diverged", "final eval (mean ± sd over seeds)", "steps/s")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+def _only_study(path: Path) -> str:
+    """The study a bare ``suite report`` means: the database's only study, else ``default`` if it has one."""
+    from suite.store import ResultsStore
+
+    with ResultsStore(path, create=False) as store:
+        studies = store.studies()
+    if len(studies) == 1 or "default" not in studies:
+        if len(studies) > 1:
+            raise UserError(f"{path} holds several studies ({', '.join(studies)}); name one: suite report STUDY")
+        return studies[0] if studies else "default"
+    return "default"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -351,6 +378,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 0
         print(f"{path}:")
         print(summary.to_string(index=False))
+        failures = store.failure_summary()
+        if not failures.empty:
+            print("\nnot ok, by cause (retried: took more than one attempt):")
+            print(failures.fillna("-").to_string(index=False))
+        runs = store.active_runs()
+        for run in runs.itertuples(index=False):
+            since = f"pid {run.pid} on {run.host} since {run.started_at}"
+            print(f"\nrunning now: {since}, {run.claimed} trials in progress: {run.command}")
     return 0
 
 
@@ -394,27 +429,42 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return EXIT_USAGE
-        if getattr(args, "plugin", None):
-            from suite.plugins import load_plugins
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one command; returns the exit code (0, 2 for a user mistake, 128 + signal when interrupted).
 
-            load_plugins(args.plugin)  # before anything resolves an algorithm; a broken plugin stops here
-        return COMMANDS[args.command](args)
-    except UserError as exc:
-        print(f"suite: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("suite: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        os._exit(0)
+    ``exiting``: the process ends right after (see :func:`console_main`): SIGINT/SIGTERM are ignored once the command
+    has returned, instead of getting their previous handlers back.
+    """
+    with raising_interrupts(then_ignore=exiting):
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return EXIT_USAGE
+            if getattr(args, "plugin", None):
+                from suite.plugins import load_plugins
+
+                load_plugins(args.plugin)  # before anything resolves an algorithm; a broken plugin stops here
+            return COMMANDS[args.command](args)
+        except UserError as exc:
+            print(f"suite: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except Interrupted as exc:
+            print(f"suite: interrupted by {exc}; nothing was lost", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:  # a SIGINT before the handlers were installed
+            print("suite: interrupted by SIGINT; nothing was lost", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            os._exit(0)
+
+
+def console_main() -> None:
+    """The ``suite`` command: run :func:`main` and exit with its code. A signal that arrives after the command is
+    done (the process is exiting) is ignored, so the exit status is the command's, never a death by signal."""
+    sys.exit(main(exiting=True))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -109,7 +109,7 @@ def test_a_second_run_runs_nothing_and_writes_identical_verdicts(
         == 0
     )
     captured = capsys.readouterr()
-    assert "6 trials, 6 already in" in captured.err and "0 to run" in captured.err
+    assert "6 trials, 6 already recorded" in captured.err and "0 to run" in captured.err
     assert (reproduced["out"] / "verdicts.csv").read_bytes() == before
     assert "4 cells:" in captured.out and "STAND-IN: a test stand-in" in captured.out
 

@@ -8,6 +8,7 @@ never mixes versions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import sys
@@ -22,7 +23,7 @@ import pandas as pd
 from suite.claims.claimset import Arm, Cell, ClaimSet, Expansion
 from suite.claims.metrics import RunData, compare, get_metric, run_values, statistic_of
 from suite.claims.verdict import INCONCLUSIVE, judge
-from suite.executor import RunSummary, run_trials
+from suite.executors import ExecOptions, RunSummary, execute
 from suite.report.build import training_curve_label
 from suite.report.display import format_number
 from suite.store import ResultsStore
@@ -100,36 +101,23 @@ def execute_trials(
     *,
     study: str,
     tier: str,
-    workers: int | None = None,
-    show_progress: bool = True,
+    options: ExecOptions | None = None,
 ) -> RunSummary:
-    """Run the trials not yet in the database, exactly as ``suite run`` does (same executor, same records, same
-    saved models), and record them as members of ``study`` at ``tier``.
+    """Run the trials not yet in the database exactly as ``suite run`` does (:func:`suite.executors.execute`: same
+    executors, retries, timeouts, interrupts, records and saved models), as members of ``study`` at ``tier``."""
+    from tqdm import tqdm
 
-    The one place ``suite reproduce`` runs trials: swap its body for the executor's reusable run function.
-    """
-    with ResultsStore(db_path) as store:
-        store.add_to_study(study, [t.key for t in trials], tier=tier)
-        done = store.finished_keys()
-        todo = [t for t in trials if t.key not in done]
-        print(f"claims {study!r} ({tier} tier): {len(trials)} trials, {len(trials) - len(todo)} already in {db_path}, "
-              f"{len(todo)} to run", file=sys.stderr)  # fmt: skip
+    def on_finish(rec: dict[str, Any]) -> None:
+        score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
+        tqdm.write(
+            f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
+            f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s"
+            + (f"  [{rec['error']}]" if rec["error"] else ""),
+            file=sys.stderr,
+        )
 
-        def on_finish(rec: dict[str, Any]) -> None:
-            from tqdm import tqdm
-
-            score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
-            tqdm.write(
-                f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
-                f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s"
-                + (f"  [{rec['error']}]" if rec["error"] else ""),
-                file=sys.stderr,
-            )
-
-        return run_trials(
-            list(trials), save=store.save_trial, workers=workers, models_dir=db_path.parent / "models", done_keys=done,
-            show_progress=show_progress, on_finish=on_finish,
-        )  # fmt: skip
+    options = dataclasses.replace(options or ExecOptions(), print_table=False, on_finish=on_finish)
+    return execute(list(trials), db_path=db_path, study=study, tier=tier, options=options)
 
 
 @dataclass
@@ -250,9 +238,8 @@ def reproduce(
     out_dir: Path,
     tier: str | None = None,
     seeds: Sequence[int] | None = None,
-    workers: int | None = None,
+    options: ExecOptions | None = None,
     run: bool = True,
-    show_progress: bool = True,
     reps: int = DEFAULT_REPS,
     command: str | None = None,
     echo: Callable[[str], None] = print,
@@ -272,9 +259,8 @@ def reproduce(
     summary = None
     if run:
         summary = execute_trials(
-            list(expansion.trials.values()), db_path, study=claims.study, tier=expansion.tier, workers=workers,
-            show_progress=show_progress,
-        )  # fmt: skip
+            list(expansion.trials.values()), db_path, study=claims.study, tier=expansion.tier, options=options
+        )
         if summary.interrupted:
             return [], summary
     with ResultsStore(db_path, create=run) as store:

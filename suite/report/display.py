@@ -344,13 +344,15 @@ SIGNIFICANCE_SPEC = TableSpec(
     "significance",
     "Pairwise tests",
     "Welch's t-test and Mann-Whitney U on final returns per env, p-values Holm-corrected over the whole table; "
+    "Mann-Whitney p-values are exact (permutation distribution given ties) up to 60 runs in a pair; "
     "seeds needed: runs per algorithm for Welch's test to detect the observed difference at alpha 0.05 with "
-    "power 0.8 (Colas et al. 2018).",
+    "power 0.8 (Colas et al. 2018); 'undefined' when both algorithms' runs have zero spread (the effect size is "
+    "undefined), '> 10,000' when no number reaches the power.",
     (Column("Env", "env_label", "text"), Column("A", "algo_a", "text"), Column("B", "algo_b", "text"),
      Column("n A", "n_a", "int"), Column("n B", "n_b", "int"), Column("Mean A", "mean_a"),
      Column("Mean B", "mean_b"), Column("A - B", "diff"), Column("Cohen's d", "cohens_d"),
      Column("Welch p (Holm)", "welch_p_holm", "p"), Column("MWU p (Holm)", "mwu_p_holm", "p"),
-     Column("Significant (Welch)", "welch_reject", "bool"), Column("Seeds needed", "seeds_needed", "int")),
+     Column("Significant (Welch)", "welch_reject", "bool"), Column("Seeds needed", "seeds_needed_text", "text")),
 )  # fmt: skip
 
 EFFICIENCY_SPEC = TableSpec(

@@ -367,8 +367,10 @@ def significance_table(
         One row per (env_label, pair): ``env_label, algo_a, algo_b, n_a, n_b, n_excluded_a, n_excluded_b``
         (failed + diverged), ``mean_a, mean_b, std_a, std_b`` (ddof 1), ``diff`` (a - b), ``cohens_d``,
         ``welch_t, welch_p, mwu_u, mwu_p``, ``welch_p_holm, mwu_p_holm`` (Holm over all rows of the table,
-        per test), ``welch_reject, mwu_reject`` (adjusted p <= alpha) and ``seeds_needed`` (runs per
-        algorithm for Welch's test to reach ``power`` at ``alpha``, two-sided; <NA> if unreachable).
+        per test), ``welch_reject, mwu_reject`` (adjusted p <= alpha), ``seeds_needed`` (runs per algorithm for
+        Welch's test to reach ``power`` at ``alpha``, two-sided; <NA> when no number is: unreachable, or the
+        effect size is undefined) and ``seeds_needed_text`` (``17``, ``undefined`` when both pilots have zero
+        spread or fewer than 2 runs, ``> 10,000`` when unreachable).
     """
     _check_trials(trials, ["final_eval_mean"])
     counts = count_statuses(trials).set_index(GROUP)
@@ -410,13 +412,14 @@ def significance_table(
                     "welch_p": welch_p,
                     "mwu_u": mwu_u,
                     "mwu_p": mwu_p,
-                    "seeds_needed": needed,
+                    "seeds_needed": needed if isinstance(needed, int) else None,
+                    "seeds_needed_text": sig.seeds_needed_text(needed),
                 }
             )
     columns = [
         "env_label", "algo_a", "algo_b", "n_a", "n_b", "n_excluded_a", "n_excluded_b", "mean_a", "mean_b",
         "std_a", "std_b", "diff", "cohens_d", "welch_t", "welch_p", "mwu_u", "mwu_p",
-        "welch_p_holm", "mwu_p_holm", "welch_reject", "mwu_reject", "seeds_needed",
+        "welch_p_holm", "mwu_p_holm", "welch_reject", "mwu_reject", "seeds_needed", "seeds_needed_text",
     ]  # fmt: skip
     table = pd.DataFrame(rows, columns=[c for c in columns if not c.endswith(("_holm", "_reject"))])
     for test in ("welch", "mwu"):
