@@ -126,7 +126,7 @@ def test_lstm_critic_memory_runs_along_time_and_resets_at_episode_boundaries():
         rec = trainer.recurrent
         assert isinstance(rec, RecurrentCritic)
         with torch.no_grad():
-            fresh = trainer.policy.values(rollout.obs[2]).numpy()  # memory None = zeros
+            fresh = trainer.policy.values(rollout.obs.at(2)).numpy()  # memory None = zeros
         assert rollout.values[2, 0, 0] == pytest.approx(fresh[0, 0], abs=1e-6)  # reset
         assert abs(rollout.values[2, 1, 0] - fresh[1, 0]) > 1e-6  # env 1 carries its memory
         h = trainer._stored_state["h"].reshape(4, 2, -1)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from suite.algorithms.core import GradientStepper, check_finite_params, net_config
+from suite.algorithms.core import GradientStepper, net_config
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 from suite.envs import episode_limit, finished_episodes
@@ -673,7 +673,7 @@ class GRPOTrainer:
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
-        check_finite_params(policy)
+        self.stepper.check_finite()
         self.n_updates += 1
         out = {k: v / count for k, v in sums.items()}
         out.update(self.stepper.end_update())

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.algorithms.core import GradientStepper, check_finite_params, net_config
+from suite.algorithms.core import GradientStepper, net_config
 from suite.algorithms.grpo import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
@@ -265,7 +265,7 @@ class PairwiseTrainer:
             self.stepper.step(loss)
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-        check_finite_params(self.policy)
+        self.stepper.check_finite()
         out = {k: v / self.cfg.n_epochs for k, v in sums.items()}
         out.update(self.stepper.end_update())
         out["grad_var"] = float(np.mean(group_vars))  # across groups (see the module docstring)

@@ -15,7 +15,9 @@ import torch
 from suite.algorithms.actor_critic import (
     ActorCriticConfig,
     ActorCriticTrainer,
+    FusedLoss,
     actor_critic_policy,
+    ppo_fused_loss,
     ppo_policy_value_loss,
 )
 from suite.algorithms.core import Minibatch
@@ -31,6 +33,12 @@ class PPOTrainer(ActorCriticTrainer):
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
         return loss, metrics
+
+    def supports_fused_loss(self) -> bool:
+        return True
+
+    def fused_loss(self, mb: Minibatch, logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None) -> FusedLoss:
+        return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 
 
 @register(

@@ -48,7 +48,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.actor_critic import ActorCriticConfig, ActorCriticTrainer, ppo_policy_value_loss
+from suite.algorithms.actor_critic import (
+    ActorCriticConfig,
+    ActorCriticTrainer,
+    FusedLoss,
+    ppo_fused_loss,
+    ppo_policy_value_loss,
+)
 from suite.algorithms.core import Minibatch, Rollout, net_config
 from suite.algorithms.networks import ActorCritic
 from suite.registry import register
@@ -262,7 +268,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         for t in range(T):
             hs[t], cs[t] = h, c
             rec.memory = (h, c)
-            rollout.values[t] = policy.values(rollout.obs[t]).numpy()
+            rollout.values[t] = policy.values(rollout.obs.at(t)).numpy()
             h, c = rec.last_state
             keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1)
             h, c = h * keep, c * keep
@@ -321,6 +327,14 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         with self._critic_memory(mb):
             loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
         return loss, metrics
+
+    def supports_fused_loss(self) -> bool:
+        # PPO's loss with the adaptive clip; the LSTM and PopArt critics are not plain MLPs, so with them the
+        # policy has no kernel (suite.algorithms.fused.kernel_for) and the update uses autograd
+        return True
+
+    def fused_loss(self, mb: Minibatch, logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None) -> FusedLoss:
+        return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 
 
 @register(
