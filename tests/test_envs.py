@@ -404,3 +404,56 @@ def test_cartpole_speed_report_smoke(capsys: pytest.CaptureFixture[str]) -> None
         rates[vectorization] = 64 * n_steps / (time.perf_counter() - start)
     with capsys.disabled():
         print(f"\nCartPole-v1 x64 env-steps/s: numpy adapter {rates['auto']:,.0f}, sync {rates['sync']:,.0f}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numpy twins of SyncVectorEnv (the hot path's fast envs): the same values, bit for bit
+
+
+def _sync_reference(env_id: str, n: int, kwargs: dict[str, Any], cap: int | None) -> SeededVectorEnv:
+    from functools import partial
+
+    from suite.envs import make_single_env, resolve_env_kwargs
+
+    fns = [partial(make_single_env, env_id, resolve_env_kwargs(env_id, kwargs), True, cap) for _ in range(n)]
+    return SeededVectorEnv(SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "cap", "n_steps"),
+    [
+        ("CartPole-v1", {}, None, 1200),  # random play: terminations, several resets per env
+        ("CartPole-v1", {}, 9, 200),  # the suite's cap: truncations (grpo's max_episode_steps)
+        ("TextMatch-v0", {"target": "hello"}, None, 40),
+        ("TextMatch-v0", {"language": "code", "target": "12345"}, 3, 20),
+    ],
+)
+def test_numpy_twins_equal_sync_vector_env(env_id: str, kwargs: dict[str, Any], cap: int | None, n_steps: int) -> None:
+    n = 5
+    fast = make_vec_env(env_id, n, vectorization="sync", env_kwargs=kwargs, max_episode_steps=cap)
+    ref = _sync_reference(env_id, n, kwargs, cap)
+    assert type(fast.unwrapped).__name__ in ("SeededCartPole", "VectorTextMatch")
+    seeds = [11, 11, 12, 13, 2**30 + 5]
+    o1, _ = fast.reset(seed=seeds)
+    o2, _ = ref.reset(seed=seeds)
+    np.testing.assert_array_equal(o1, o2)
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(n_steps):
+        a = rng.integers(0, fast.single_action_space.n, size=n)
+        r1, r2 = fast.step(a), ref.step(a)
+        for x, y in zip(r1[:4], r2[:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+            assert x.dtype == y.dtype
+        for got, want in zip(finished_episodes(r1[4], n), finished_episodes(r2[4], n), strict=True):
+            np.testing.assert_array_equal(got, want)
+        m1, f1 = final_observations(r1[4], n)
+        m2, f2 = final_observations(r2[4], n)
+        np.testing.assert_array_equal(m1, m2)
+        if m1.any():
+            np.testing.assert_array_equal(f1[m1], f2[m2])
+            ended += int(m1.sum())
+    assert ended >= n  # every env ended at least once on average
+    o1, _ = fast.reset(seed=3)  # an int seed is seed + k, as in SyncVectorEnv
+    o2, _ = ref.reset(seed=3)
+    np.testing.assert_array_equal(o1, o2)

@@ -22,6 +22,8 @@ from suite.algorithms.core import (
     Minibatch,
     Rollout,
     RolloutCollector,
+    SampleTable,
+    attach_clock,
     compute_gae,
     explained_variance,
     net_config,
@@ -161,8 +163,9 @@ class ActorCriticTrainer:
             storage=cfg.rollout_storage, obs_dtype=cfg.obs_storage_dtype, kernel=self.kernel,
         )  # fmt: skip
         self.n_updates = 0
-        self.clock: Any = None
-        """An optional lap clock (``suite profile speed``): ``lap(name)`` after each part of an update."""
+        self.clock: Any = attach_clock(ctx, self)
+        """The lap clock of ``suite profile speed`` (:class:`suite.profile.speed.LapClock`) or None."""
+        self.collector.clock = self.clock
 
     def build_policy(self) -> ActorCritic:
         return actor_critic_policy(self.envs.single_observation_space, self.envs.single_action_space, self.cfg)
@@ -227,11 +230,7 @@ class ActorCriticTrainer:
         extra_metrics = self.begin_update(rollout, adv, progress)
         lr = self.stepper.begin_update(progress)
         n = rollout.n_samples
-        actions = rollout.actions.reshape(n, *rollout.actions.shape[2:])
-        old_logp = torch.from_numpy(rollout.log_probs.reshape(n))
-        old_values = torch.from_numpy(rollout.values.reshape(n, -1))
-        t_adv = torch.from_numpy(adv.reshape(n))
-        t_ret = torch.from_numpy(ret.reshape(n, *ret.shape[2:]))
+        table = SampleTable(rollout, adv, ret)
         extra = self.minibatch_extra(rollout)
         k = cfg.grad_accumulation
         limit = None if cfg.target_kl is None else 1.5 * cfg.target_kl
@@ -245,20 +244,21 @@ class ActorCriticTrainer:
             for start in range(0, n, cfg.batch_size):
                 idx = perm[start : start + cfg.batch_size]
                 b = idx.shape[0]
-                mb_adv = t_adv[idx]
+                rows = table.gather(idx)
+                mb_adv = table.advantages(rows)
                 if cfg.normalize_advantage and b > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                parts = [(idx, mb_adv)] if k == 1 else list(zip(idx.tensor_split(k), mb_adv.tensor_split(k), strict=True))
+                bounds = (
+                    [(0, b)] if k == 1 else [(int(p[0]), int(p[-1]) + 1) for p in torch.arange(b).tensor_split(k) if len(p)]
+                )
                 self.stepper.zero_grad()
                 kl = 0.0
-                for j, (part, part_adv) in enumerate(parts):
-                    if part.numel() == 0:
-                        continue
-                    weight = part.shape[0] / b
-                    mb = Minibatch(
-                        rollout.obs_batch(part), actions[part], old_logp[part], old_values[part], part_adv, t_ret[part],
-                        {key: v[part] for key, v in extra.items()}, weight,
-                    )  # fmt: skip
+                for j, (lo, hi) in enumerate(bounds):
+                    weight = (hi - lo) / b
+                    part = idx[lo:hi]
+                    mb = table.minibatch(rows[lo:hi], part, mb_adv[lo:hi], weight)
+                    if extra:
+                        mb.extra = {key: v[part] for key, v in extra.items()}
                     if clock is not None:
                         clock.lap("minibatch")
                     if self.fused:
@@ -267,7 +267,7 @@ class ActorCriticTrainer:
                     else:
                         loss, m = self.loss(mb)
                     if clock is not None:
-                        clock.lap("forward")
+                        clock.lap("forward", hi - lo)
                     for key, v in m.items():
                         sums[key] = sums.get(key, 0.0) + float(v) * weight
                     kl += float(m["approx_kl"]) * weight if limit is not None else 0.0

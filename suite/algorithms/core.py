@@ -385,7 +385,7 @@ class RolloutCollector:
             x = self.inputs(self.obs, update_stats=self.update_obs_stats)
             actions, logp, values = self.act(x)
             if clock is not None:
-                clock.lap("inference")
+                clock.lap("inference", N)
             obs, rewards, terminated, truncated, info = envs.step(to_env(actions.numpy()))
             if clock is not None:
                 clock.lap("env_step")
@@ -419,11 +419,20 @@ class RolloutCollector:
         if self.has_critic:
             last = self.values(self.inputs(self.obs))
             if clock is not None:
-                clock.lap("inference")
+                clock.lap("inference", N)
         return Rollout(
             self.obs_store, self.buf_actions.t[:T], self.buf_logp.np[:T], self.buf_values.np[:T],
             self.buf_rewards.np[:T], self.buf_dones.np[:T], last,
         )  # fmt: skip
+
+
+def attach_clock(ctx: Any, trainer: Any) -> Any:
+    """The lap clock ``suite profile speed`` put on the trial context (``ctx.clock``), told which trainer it times;
+    None in every normal trial (then the hot path pays one ``is not None`` test per part)."""
+    clock = getattr(ctx, "clock", None)
+    if clock is not None:
+        clock.attach(trainer)
+    return clock
 
 
 # -- optimisation -----------------------------------------------------------------------------------------
@@ -445,6 +454,57 @@ class Minibatch:
     weight: float = 1.0
     """This micro-batch's share of its minibatch (``grad_accumulation``): losses that are means over the
     micro-batch are multiplied by it, so the accumulated gradient is the whole minibatch's."""
+
+
+class SampleTable:
+    """A rollout's per-sample training fields as the columns of one float32 matrix ``(n, C)``, so that a minibatch is
+    one gather instead of six: old log-probs, advantages, value targets, old values, actions (integer actions are
+    exact in float32 below 2^24) and, for float32 vector observations, the observations themselves.
+
+    Args:
+        rollout: the collected rollout (``n = T * N`` samples, time-major flat indices).
+        advantages: ``(T, N)`` raw advantages; returns: ``(T, N)`` or ``(T, N, H)`` value targets.
+    """
+
+    def __init__(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray):
+        n = rollout.n_samples
+        store = rollout.obs
+        self.obs_packed = isinstance(store, ArrayObsStore) and store.dtype == torch.float32 and len(store.shape) == 1
+        self.discrete = not torch.is_floating_point(rollout.actions)
+        actions = rollout.actions.reshape(n, -1)
+        self.action_shape = tuple(rollout.actions.shape[2:])
+        self.returns_2d = returns.ndim == 3
+        columns = [
+            torch.from_numpy(rollout.log_probs.reshape(n, 1)),
+            torch.from_numpy(advantages.reshape(n, 1)),
+            torch.from_numpy(returns.reshape(n, -1)),
+            torch.from_numpy(rollout.values.reshape(n, -1)),
+            actions.float() if self.discrete else actions,
+        ]
+        if self.obs_packed:
+            assert isinstance(store, ArrayObsStore)
+            columns.append(store.flat[:n])
+        widths = [c.shape[1] for c in columns]
+        edges = np.cumsum([0, *widths])
+        self.slices = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        self.table = torch.cat(columns, 1)
+        self.rollout = rollout
+
+    def gather(self, idx: torch.Tensor) -> torch.Tensor:
+        """Rows ``(B, C)`` of the samples ``idx``."""
+        return self.table.index_select(0, idx)
+
+    def advantages(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows[:, self.slices[1].start]
+
+    def minibatch(self, rows: torch.Tensor, idx: torch.Tensor, advantages: torch.Tensor, weight: float) -> Minibatch:
+        """A :class:`Minibatch` from gathered ``rows`` of the samples ``idx``, with ready ``advantages``."""
+        s_logp, _, s_ret, s_val, s_act = self.slices[:5]
+        actions = rows[:, s_act]
+        actions = actions[:, 0].long() if self.discrete else actions.reshape(-1, *self.action_shape)
+        returns = rows[:, s_ret] if self.returns_2d else rows[:, s_ret.start]
+        obs = rows[:, self.slices[5]] if self.obs_packed else self.rollout.obs_batch(idx)
+        return Minibatch(obs, actions, rows[:, s_logp.start], rows[:, s_val], advantages, returns, {}, weight)
 
 
 class GradientStepper:

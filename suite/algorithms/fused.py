@@ -28,6 +28,7 @@ Shapes: ``B`` samples, ``P`` policy outputs (logits or means), ``H`` value heads
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -69,7 +70,7 @@ class FlatParameters:
     def zero_grad(self) -> None:
         self.grad.zero_()
 
-    def stacked(self, a: nn.Parameter, b: nn.Parameter) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def stacked(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(data, grad)`` views of shape ``(2, *a.shape)`` over two same-shaped parameters packed one after the
         other (see :func:`parameter_order`), or None when they are not."""
         if a.shape != b.shape or id(a) not in self._offsets or id(b) not in self._offsets:
@@ -101,7 +102,7 @@ def parameter_order(policy: ActorCritic) -> list[nn.Parameter]:
     if not twin_compatible(policy):
         return params
     pi, vf = _linears(policy.pi), _linears(policy.vf)  # type: ignore[arg-type]
-    paired: list[nn.Parameter] = []
+    paired: list[Any] = []
     for a, b in zip(pi[:-1], vf[:-1], strict=True):
         paired += [a.weight, b.weight, a.bias, b.bias]
     seen = {id(p) for p in paired}
@@ -329,9 +330,8 @@ class PolicyKernel:
             actions = params + torch.randn_like(params) * self.log_std.exp()
             z = (actions - params).mul_(torch.exp(-self.log_std))  # as evaluate() computes it
             return actions, z.square_().mul_(-0.5).sub_(self.log_std).sub_(0.5 * LOG_2PI).sum(-1)
-        u = torch.rand_like(params).clamp_(1e-20, 1.0)
-        actions = torch.argmax(params - u.log_().neg_().log_(), dim=-1)
-        logp = torch.log_softmax(params, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        actions = self.policy.head.sample(params, None)  # Gumbel-max, the module path's own draw
+        logp = params.gather(-1, actions.unsqueeze(-1)).squeeze_(-1).sub_(torch.logsumexp(params, -1))
         return actions, logp
 
     # -- training ----------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from suite.algorithms.core import GradientStepper, net_config
+from suite.algorithms.core import ROLLOUT_STORAGES, Buffer, GradientStepper, attach_clock, net_config
+from suite.algorithms.fused import PolicyKernel, kernel_for
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 from suite.envs import episode_limit, finished_episodes
@@ -113,6 +114,9 @@ class GRPOConfig:
     Also the length of the rollout buffers and Dr. GRPO's constant normaliser."""
     vectorization: Literal["sync", "async"] = "sync"
     """How the G*K sub-envs are vectorised (CartPole's numpy fast path takes no per-env seeds, so no ``auto``)."""
+    rollout_storage: str = "numpy"
+    """Memory toggle: episode buffers allocated and written by ``numpy`` or as ``torch`` tensors (exact: the same
+    values either way)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -133,6 +137,8 @@ class GRPOConfig:
             raise ValueError("beta and ent_coef must be >= 0")
         if self.activation not in ("tanh", "relu"):
             raise ValueError("activation must be tanh or relu")
+        if self.rollout_storage not in ROLLOUT_STORAGES:
+            raise ValueError(f"rollout_storage must be one of {', '.join(ROLLOUT_STORAGES)}")
 
     @property
     def reward_scaling(self) -> str:
@@ -279,7 +285,16 @@ class EpisodeGroupCollector:
     """
 
     def __init__(
-        self, ctx: TrialContext, envs: Any, policy: ActorCritic, group_size: int, max_len: int, cap: int | None = None
+        self,
+        ctx: TrialContext,
+        envs: Any,
+        policy: ActorCritic,
+        group_size: int,
+        max_len: int,
+        cap: int | None = None,
+        *,
+        kernel: PolicyKernel | None = None,
+        storage: str = "numpy",
     ):
         """
         Args:
@@ -291,8 +306,10 @@ class EpisodeGroupCollector:
             max_len: Longest possible episode; the buffers hold ``max_len`` steps.
             cap: The suite's episode cap when it is below the env's own limit (:func:`episode_cap`); episodes
                 truncated by it are partial and stay out of the learning curve.
+            kernel: the policy's hand-derived inference (:mod:`suite.algorithms.fused`), or None (module calls).
+            storage: the ``rollout_storage`` toggle (numpy or torch buffers, :class:`~suite.algorithms.core.Buffer`).
         """
-        self.ctx, self.envs, self.policy = ctx, envs, policy
+        self.ctx, self.envs, self.policy, self.kernel = ctx, envs, policy, kernel
         self.cap = cap
         self.capped_episodes = 0
         if cap is not None:
@@ -312,12 +329,14 @@ class EpisodeGroupCollector:
                 f"grpo rollout buffers would need {nbytes / 2**30:.1f} GiB ({T} steps x {N} episodes); "
                 "set max_episode_steps or reduce group_size/n_groups"
             )
-        self.buf_obs = torch.zeros((T, N, *x0.shape[1:]), dtype=x0.dtype)
+        self.buf_obs = Buffer((T, N, *x0.shape[1:]), x0.dtype, storage)
         act_dtype = torch.long if policy.discrete else torch.float32
-        self.buf_actions = torch.zeros((T, N, *policy.action_shape), dtype=act_dtype)
-        self.buf_logp = np.zeros((T, N), dtype=np.float32)
+        self.buf_actions = Buffer((T, N, *policy.action_shape), act_dtype, storage)
+        self.buf_logp = Buffer((T, N), torch.float32, storage)
         self.buf_rewards = np.zeros((T, N), dtype=np.float32)
         self.buf_mask = np.zeros((T, N), dtype=bool)
+        self.clock: Any = None
+        """An optional lap clock (``suite profile speed``)."""
 
     def collect(self, max_samples: int | None = None) -> EpisodeGroups:
         """Draw K seeds, run G episodes from each, record them in ``ctx`` and advance ``ctx.steps``.
@@ -326,7 +345,7 @@ class EpisodeGroupCollector:
             max_samples: the budget left; collection stops once this many steps are used (episodes still
                 running then are marked unfinished in the result).
         """
-        ctx, policy, envs, G, N = self.ctx, self.policy, self.envs, self.group_size, self.n_envs
+        ctx, policy, envs, G, N, clock = self.ctx, self.policy, self.envs, self.group_size, self.n_envs, self.clock
         seeds = ctx.draw_seeds(self.n_groups)
         obs, _ = envs.reset(seed=np.repeat(seeds, G).tolist())
         check_same_start(np.asarray(obs), G, seeds)
@@ -340,11 +359,18 @@ class EpisodeGroupCollector:
             if t >= self.max_len:
                 raise RuntimeError(f"an episode ran past max_len={self.max_len} steps without truncation")
             x = policy.prepare_obs(obs, update_stats=self.update_obs_stats)
-            actions, logp, _ = policy.act(x)
+            if self.kernel is not None:
+                actions, logp = self.kernel.sample(self.kernel.infer(x, with_values=False)[0])
+            else:
+                actions, logp, _ = policy.act(x)
+            if clock is not None:
+                clock.lap("inference", N)
             obs, rewards, terminated, trunc, info = envs.step(policy.head.to_env(actions.numpy()))
-            self.buf_obs[t] = x
-            self.buf_actions[t] = actions
-            self.buf_logp[t] = logp.numpy()
+            if clock is not None:
+                clock.lap("env_step")
+            self.buf_obs.put(t, x)
+            self.buf_actions.put(t, actions)
+            self.buf_logp.put(t, logp)
             self.buf_rewards[t] = np.where(active, rewards, 0.0)
             self.buf_mask[t] = active
             used += int(active.sum())
@@ -364,10 +390,12 @@ class EpisodeGroupCollector:
                     ctx.record_episodes(step0 + used, ep_ret[rec], ep_len[rec])
                 active &= ~done
             t += 1
+            if clock is not None:
+                clock.lap("storage")
         ctx.steps = step0 + used
         lengths[active] = t  # unfinished (budget spent): the steps taken so far
         return EpisodeGroups(
-            self.buf_obs[:t], self.buf_actions[:t], self.buf_logp[:t], self.buf_rewards[:t], self.buf_mask[:t],
+            self.buf_obs.t[:t], self.buf_actions.t[:t], self.buf_logp.np[:t], self.buf_rewards[:t], self.buf_mask[:t],
             lengths, truncated, seeds, G, t * N, ~active if active.any() else None,
         )  # fmt: skip
 
@@ -556,8 +584,13 @@ class GRPOTrainer:
         envs = ctx.make_envs(cfg.batch_episodes, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = grpo_policy(envs.single_observation_space, envs.single_action_space, cfg)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
-        self.collector = EpisodeGroupCollector(ctx, envs, self.policy, cfg.group_size, max_len, cap)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
+        kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference; the update stays on autograd
+        self.collector = EpisodeGroupCollector(
+            ctx, envs, self.policy, cfg.group_size, max_len, cap, kernel=kernel, storage=cfg.rollout_storage
+        )
+        self.clock: Any = attach_clock(ctx, self)
+        self.collector.clock = self.clock
         self.n_updates = 0
 
     def train(self) -> ActorCritic:
@@ -669,7 +702,15 @@ class GRPOTrainer:
                     logp, old_logp[sel], ref_logp[sel], t_adv[sel], weights, eps_low=cfg.eps_low,
                     eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy, ent_coef=cfg.ent_coef,
                 )  # fmt: skip
-                self.stepper.step(loss)
+                if self.clock is not None:
+                    self.clock.lap("forward", int(sel.shape[0]))
+                self.stepper.zero_grad()
+                self.stepper.backward(loss)
+                if self.clock is not None:
+                    self.clock.lap("backward")
+                self.stepper.apply()
+                if self.clock is not None:
+                    self.clock.lap("optimizer")
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
