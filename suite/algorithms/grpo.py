@@ -732,7 +732,7 @@ class GRPOTrainer:
 
 @register(
     "grpo",
-    version="1.1.0",
+    version="1.2.0",
     summary="Group Relative Policy Optimization: G same-seed episodes per group, group-normalised returns, no critic",
     reference=(
         "Shao et al. 2024, arXiv 2402.03300 (DeepSeekMath); episodic adaptation as in stable-baselines3-contrib issue 301"

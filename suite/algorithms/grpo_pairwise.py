@@ -299,7 +299,7 @@ class PairwiseTrainer:
 
 @register(
     "grpo-pairwise",
-    version="1.2.0",
+    version="1.3.0",
     summary="Pairwise logistic comparison of returns within random groups of trajectories (document 003's 'GRPO')",
     reference=(
         "003_1e009463e86a4a6d.txt ('Group Relative Policy Optimization', pairwise form; not DeepSeekMath GRPO); "

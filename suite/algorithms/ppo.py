@@ -43,7 +43,7 @@ class PPOTrainer(ActorCriticTrainer):
 
 @register(
     "ppo",
-    version="1.1.0",
+    version="1.2.0",
     summary="Proximal Policy Optimization with GAE, clipped surrogate and SB3-equivalent defaults",
     reference="Schulman et al. 2017, arXiv 1707.06347; hyperparameters: rl-baselines3-zoo hyperparams/ppo.yml",
     action_spaces=("discrete", "box"),

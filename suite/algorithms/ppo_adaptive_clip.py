@@ -339,7 +339,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
 
 @register(
     "ppo-adaptive-clip",
-    version="1.1.0",
+    version="1.2.0",
     summary="PPO whose clip range scales with the std of the raw advantages (document 000's 'GRPO')",
     reference=(
         "000_2d5fee972b6defb7.txt (described as 'GRPO' in TRL; no such TRL algorithm); PPO: Schulman et al. 2017, "

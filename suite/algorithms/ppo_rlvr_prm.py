@@ -227,7 +227,7 @@ def prm_js(
 
 @register(
     "ppo-rlvr-prm",
-    version="1.1.0",
+    version="1.2.0",
     summary="PPO + variance-weighted advantages (value ensemble) + entropy/JS/smoothness regulariser (document 004)",
     reference=(
         "004_f1fcbbd2bdebb4e5.txt ('GRPO = PPO + RLVR + PRM'); PPO: Schulman et al. 2017, arXiv 1707.06347; "
