@@ -327,7 +327,8 @@ def test_learns_to_write_hello() -> None:
 
 
 def test_learns_cartpole_ci_sized() -> None:
-    rec = run_trial(TrialSpec("grpo", "CartPole-v1", 0, 15_000, n_eval_episodes=5).resolve())
+    # 25k: at 15k the final evaluation spreads 68-311 over seeds 0-9 (version 1.2.0), 202 for seed 0 at 25k
+    rec = run_trial(TrialSpec("grpo", "CartPole-v1", 0, 25_000, n_eval_episodes=5).resolve())
     assert rec["status"] == "ok", rec["error"]
     assert rec["final_eval_mean"] > 150  # random policy: about 22
 

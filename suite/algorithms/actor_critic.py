@@ -8,6 +8,7 @@ variant overrides only :meth:`ActorCriticTrainer.loss` and, where it has its own
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,14 +136,14 @@ def actor_critic_policy(observation_space: Any, action_space: Any, cfg: Any) -> 
 class FusedLoss:
     """A loss evaluated for the hand-derived backward: its value, metrics and per-sample derivatives."""
 
-    loss: torch.Tensor
-    """0-d, this (micro-)batch's share of the minibatch loss."""
-    metrics: dict[str, torch.Tensor]
-    dlogp: torch.Tensor
+    loss: float
+    """This (micro-)batch's share of the minibatch loss."""
+    metrics: dict[str, float]
+    dlogp: np.ndarray
     """``(B,)`` d loss / d log pi(a|s)."""
-    dentropy: torch.Tensor | float | None
+    dentropy: np.ndarray | float | None
     """``(B,)``, one value for every sample, or None (no entropy term)."""
-    dvalues: torch.Tensor | None
+    dvalues: np.ndarray | None
     """``(B, H)`` d loss / d V, or None (no value term)."""
 
 
@@ -214,7 +215,7 @@ class ActorCriticTrainer:
         """Whether :meth:`fused_loss` computes this trainer's loss (with its current config)."""
         return False
 
-    def fused_loss(self, mb: Minibatch, logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None) -> FusedLoss:
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         """The loss and its per-sample derivatives from the hand-derived forward's outputs."""
         raise NotImplementedError
 
@@ -240,17 +241,17 @@ class ActorCriticTrainer:
         if clock is not None:
             clock.lap("update_setup")
         for _epoch in range(cfg.n_epochs):
-            perm = torch.randperm(n)
+            perm = torch.randperm(n).numpy()
             for start in range(0, n, cfg.batch_size):
                 idx = perm[start : start + cfg.batch_size]
                 b = idx.shape[0]
                 rows = table.gather(idx)
                 mb_adv = table.advantages(rows)
                 if cfg.normalize_advantage and b > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                bounds = (
-                    [(0, b)] if k == 1 else [(int(p[0]), int(p[-1]) + 1) for p in torch.arange(b).tensor_split(k) if len(p)]
-                )
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
+                else:
+                    mb_adv = np.ascontiguousarray(mb_adv)
+                bounds = [(0, b)] if k == 1 else micro_batches(b, k)
                 self.stepper.zero_grad()
                 kl = 0.0
                 for j, (lo, hi) in enumerate(bounds):
@@ -258,9 +259,11 @@ class ActorCriticTrainer:
                     part = idx[lo:hi]
                     mb = table.minibatch(rows[lo:hi], part, mb_adv[lo:hi], weight)
                     if extra:
-                        mb.extra = {key: v[part] for key, v in extra.items()}
+                        part_t = torch.from_numpy(part)
+                        mb.extra = {key: v[part_t] for key, v in extra.items()}
                     if clock is not None:
                         clock.lap("minibatch")
+                    m: Mapping[str, Any]
                     if self.fused:
                         fl, state = self._fused_forward(mb)
                         m = fl.metrics
@@ -307,13 +310,19 @@ class ActorCriticTrainer:
         assert self.kernel is not None
         logp, entropy, values, state = self.kernel.evaluate(mb.obs, mb.actions)
         fl = self.fused_loss(mb, logp, entropy, values)
-        if not math.isfinite(float(fl.loss)):
-            raise Diverged(f"non-finite loss {float(fl.loss)}")
+        if not math.isfinite(fl.loss):
+            raise Diverged(f"non-finite loss {fl.loss}")
         return fl, state
 
     def minibatch_extra(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """Per-sample tensors ``(n, ...)`` a variant's loss needs besides the standard fields."""
         return {}
+
+
+def micro_batches(b: int, k: int) -> list[tuple[int, int]]:
+    """``[(lo, hi), ...]``: ``k`` contiguous slices of ``b`` rows as equal as possible (the first ones one longer),
+    empty ones left out (``grad_accumulation`` larger than a short last minibatch)."""
+    return [(int(q[0]), int(q[-1]) + 1) for q in np.array_split(np.arange(b), k) if len(q)]
 
 
 def ppo_policy_value_loss(
@@ -353,9 +362,10 @@ def ppo_policy_value_loss(
 
 
 def ppo_fused_loss(
-    cfg: Any, mb: Minibatch, logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None, clip: float
+    cfg: Any, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None, clip: float
 ) -> FusedLoss:
-    """:func:`ppo_policy_value_loss` with its derivatives by hand (equal to autograd's up to float rounding; tested).
+    """:func:`ppo_policy_value_loss` with its derivatives by hand (equal to autograd's up to float rounding; tested),
+    in numpy on the per-sample arrays of :meth:`PolicyKernel.evaluate`.
 
     With ``r = exp(logp - logp_old)``, ``u = r A`` and ``c = clip(r, 1 - eps, 1 + eps) A``, the surrogate
     ``-mean(min(u, c))`` has ``d/dlogp_i = -u_i / B`` where ``u_i <= c_i`` (the unclipped term is the minimum, or
@@ -364,33 +374,37 @@ def ppo_fused_loss(
     """
     B = logp.shape[0]
     w = mb.weight
-    adv = mb.advantages
-    log_ratio = logp - mb.old_log_probs
-    ratio = torch.exp(log_ratio)
+    adv = mb.advantages.numpy()
+    log_ratio = logp - mb.old_log_probs.numpy()
+    ratio = np.exp(log_ratio)
+    bounded = np.clip(ratio, 1 - clip, 1 + clip)
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - clip, 1 + clip).mul_(adv)
-    policy_loss = -torch.minimum(unclipped, clipped).mean()
-    dlogp = unclipped.mul_(unclipped <= clipped).mul_(-w / B)
+    clipped = bounded * adv
+    surrogate = np.minimum(unclipped, clipped)
+    dlogp = np.where(unclipped <= clipped, unclipped, np.float32(0.0)) * np.float32(-w / B)
     assert values is not None
-    target = mb.returns if mb.returns.dim() == 2 else mb.returns.unsqueeze(-1)
+    target = mb.returns.numpy()
+    target = target if target.ndim == 2 else target[:, None]
     if cfg.clip_range_vf is not None:
-        moved = values - mb.old_values
-        diff = (mb.old_values + torch.clamp(moved, -cfg.clip_range_vf, cfg.clip_range_vf)).sub_(target)
-        dvalues = diff * (moved.abs() <= cfg.clip_range_vf)
+        old_values = mb.old_values.numpy()
+        moved = values - old_values
+        diff = old_values + np.clip(moved, -cfg.clip_range_vf, cfg.clip_range_vf) - target
+        dvalues = diff * (np.abs(moved) <= cfg.clip_range_vf)
     else:
         diff = values - target
         dvalues = diff
-    value_loss = diff.square().mean()
-    dvalues = dvalues * (2.0 * cfg.vf_coef * w / diff.numel())
-    entropy_mean = entropy.mean()
+    dvalues = dvalues * np.float32(2.0 * cfg.vf_coef * w / diff.size)
+    squared = diff * diff
+    policy_loss = -float(surrogate.mean())
+    value_loss = float(squared.mean())
+    entropy_mean = float(entropy.mean())
     loss = (policy_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * value_loss) * w
-    r1 = ratio - 1.0
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy_mean,
-        "approx_kl": (r1 - log_ratio).mean(),
-        "clip_fraction": (r1.abs_() > clip).float().mean(),
+        "approx_kl": float((ratio - log_ratio).mean()) - 1.0,  # mean((r - 1) - log r)
+        "clip_fraction": float((bounded != ratio).mean()),
     }
     dent = -cfg.ent_coef * w / B if cfg.ent_coef else None
     return FusedLoss(loss, metrics, dlogp, dent, dvalues)

@@ -461,9 +461,11 @@ class Minibatch:
 
 
 class SampleTable:
-    """A rollout's per-sample training fields as the columns of one float32 matrix ``(n, C)``, so that a minibatch is
-    one gather instead of six: old log-probs, advantages, value targets, old values, actions (integer actions are
-    exact in float32 below 2^24) and, for float32 vector observations, the observations themselves.
+    """A rollout's per-sample training fields as the columns of one float32 numpy matrix ``(n, C)``, so that a
+    minibatch is one gather instead of six: old log-probs, advantages, value targets, old values, actions (integer
+    actions are exact in float32 below 2^24) and, for float32 vector observations, the observations themselves.
+    The per-minibatch work on these small arrays is numpy's (a call costs a fraction of a torch call's dispatch);
+    the minibatch's fields are zero-copy torch views of the gathered rows.
 
     Args:
         rollout: the collected rollout (``n = T * N`` samples, time-major flat indices).
@@ -475,40 +477,45 @@ class SampleTable:
         store = rollout.obs
         self.obs_packed = isinstance(store, ArrayObsStore) and store.dtype == torch.float32 and len(store.shape) == 1
         self.discrete = not torch.is_floating_point(rollout.actions)
-        actions = rollout.actions.reshape(n, -1)
+        actions = rollout.actions.reshape(n, -1).numpy()
         self.action_shape = tuple(rollout.actions.shape[2:])
         self.returns_2d = returns.ndim == 3
         columns = [
-            torch.from_numpy(rollout.log_probs.reshape(n, 1)),
-            torch.from_numpy(advantages.reshape(n, 1)),
-            torch.from_numpy(returns.reshape(n, -1)),
-            torch.from_numpy(rollout.values.reshape(n, -1)),
-            actions.float() if self.discrete else actions,
+            rollout.log_probs.reshape(n, 1),
+            advantages.reshape(n, 1),
+            returns.reshape(n, -1),
+            rollout.values.reshape(n, -1),
+            actions.astype(np.float32) if self.discrete else actions,
         ]
         if self.obs_packed:
             assert isinstance(store, ArrayObsStore)
-            columns.append(store.flat[:n])
+            columns.append(store.buf.np.reshape(-1, *store.shape)[:n])
         widths = [c.shape[1] for c in columns]
         edges = np.cumsum([0, *widths])
         self.slices = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-        self.table = torch.cat(columns, 1)
+        self.table = np.concatenate(columns, axis=1, dtype=np.float32)
         self.rollout = rollout
 
-    def gather(self, idx: torch.Tensor) -> torch.Tensor:
+    def gather(self, idx: np.ndarray) -> np.ndarray:
         """Rows ``(B, C)`` of the samples ``idx``."""
-        return self.table.index_select(0, idx)
+        return self.table[idx]
 
-    def advantages(self, rows: torch.Tensor) -> torch.Tensor:
+    def advantages(self, rows: np.ndarray) -> np.ndarray:
         return rows[:, self.slices[1].start]
 
-    def minibatch(self, rows: torch.Tensor, idx: torch.Tensor, advantages: torch.Tensor, weight: float) -> Minibatch:
-        """A :class:`Minibatch` from gathered ``rows`` of the samples ``idx``, with ready ``advantages``."""
+    def minibatch(self, rows: np.ndarray, idx: np.ndarray, advantages: np.ndarray, weight: float) -> Minibatch:
+        """A :class:`Minibatch` (torch views) from gathered ``rows`` of the samples ``idx``, with ready ``advantages``."""
         s_logp, _, s_ret, s_val, s_act = self.slices[:5]
-        actions = rows[:, s_act]
-        actions = actions[:, 0].long() if self.discrete else actions.reshape(-1, *self.action_shape)
+        if self.discrete:
+            actions = torch.from_numpy(rows[:, s_act.start].astype(np.int64))
+        else:
+            actions = torch.from_numpy(rows[:, s_act]).reshape(-1, *self.action_shape)
         returns = rows[:, s_ret] if self.returns_2d else rows[:, s_ret.start]
-        obs = rows[:, self.slices[5]] if self.obs_packed else self.rollout.obs_batch(idx)
-        return Minibatch(obs, actions, rows[:, s_logp.start], rows[:, s_val], advantages, returns, {}, weight)
+        obs = torch.from_numpy(rows[:, self.slices[5]]) if self.obs_packed else self.rollout.obs_batch(torch.from_numpy(idx))
+        return Minibatch(
+            obs, actions, torch.from_numpy(rows[:, s_logp.start]), torch.from_numpy(rows[:, s_val]),
+            torch.from_numpy(advantages), torch.from_numpy(returns), {}, weight,
+        )  # fmt: skip
 
 
 class GradientStepper:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -135,9 +136,10 @@ class MLPKernel:
     The weights are read through detached views of the module's parameters (so optimiser updates are seen);
     :meth:`backward` writes ``dL/dW``, ``dL/db`` into the parameters' ``.grad`` (views of a flat buffer).
 
-    ``tanh`` is computed as ``2 sigmoid(2 z) - 1``, the doubling folded into the layer's ``addmm`` (exact: a
-    power of two): within 2e-7 of ``torch.tanh``, and 3x faster on the dev machine's CPU, where ``torch.tanh``
-    of a 256 x 64 batch costs more than the matrix product before it. Its derivative is ``1 - h^2`` either way.
+    Above :data:`SMALL_BATCH` rows ``tanh`` is computed as ``2 sigmoid(2 z) - 1``, the doubling folded into the
+    layer's ``addmm`` (exact: a power of two): within 2e-7 of ``torch.tanh``, and 3x faster on the dev machine's
+    CPU, where ``torch.tanh`` of a 256 x 64 batch costs more than the matrix product before it. Its derivative is
+    ``1 - h^2`` either way.
     """
 
     def __init__(self, seq: nn.Sequential, activation: str):
@@ -155,14 +157,15 @@ class MLPKernel:
         inputs = []
         h = x
         last = len(self.layers) - 1
+        doubled = self.tanh and x.shape[0] > SMALL_BATCH
         for i, (w, b, _, _) in enumerate(self.layers):
             inputs.append(h)
             if i == last:
                 h = torch.addmm(b, h, w.t())
-            elif self.tanh:
-                h = torch.addmm(b, h, w.t(), beta=2, alpha=2).sigmoid_().mul_(2.0).sub_(1.0)
+            elif doubled:
+                h = _hidden_act(torch.addmm(b, h, w.t(), beta=2, alpha=2), True, True)
             else:
-                h = torch.addmm(b, h, w.t()).relu_()
+                h = _hidden_act(torch.addmm(b, h, w.t()), self.tanh, False)
         if keep:
             self._inputs = inputs
         return h
@@ -201,8 +204,17 @@ class MLPKernel:
         return None
 
 
-def _hidden_act(z: torch.Tensor, tanh: bool) -> torch.Tensor:
-    return z.sigmoid_().mul_(2.0).sub_(1.0) if tanh else z.relu_()
+SMALL_BATCH = 64
+"""Up to this many rows a hidden tanh layer uses ``torch.tanh`` (one call: per-call overhead dominates); above it the
+``2 sigmoid(2 z) - 1`` form (three calls, but ``torch.tanh`` costs more than the matmul at 256 x 64 on the dev
+machine's CPU). The two agree within 2e-7."""
+
+
+def _hidden_act(z: torch.Tensor, tanh: bool, doubled: bool) -> torch.Tensor:
+    """Activation in place; ``doubled``: ``z`` holds ``2 z`` (the sigmoid form's input, folded into the matmul)."""
+    if not tanh:
+        return z.relu_()
+    return z.sigmoid_().mul_(2.0).sub_(1.0) if doubled else z.tanh_()
 
 
 def _act_backward(dh: torch.Tensor, h: torch.Tensor, tanh: bool) -> torch.Tensor:
@@ -232,11 +244,12 @@ class TwinMLPKernel:
         """``x (B, in)`` -> ``(policy params (B, P), values (B, H))``."""
         h = x.expand(2, *x.shape)
         acts = [h]
+        doubled = self.tanh and x.shape[0] > SMALL_BATCH  # 2 sigmoid(2z) - 1, see MLPKernel
         for w, b, _, _ in self.hidden:
-            if self.tanh:  # 2 sigmoid(2z) - 1, see MLPKernel
-                h = _hidden_act(torch.baddbmm(b, h, w.transpose(1, 2), beta=2, alpha=2), True)
+            if doubled:
+                h = _hidden_act(torch.baddbmm(b, h, w.transpose(1, 2), beta=2, alpha=2), True, True)
             else:
-                h = _hidden_act(torch.baddbmm(b, h, w.transpose(1, 2)), False)
+                h = _hidden_act(torch.baddbmm(b, h, w.transpose(1, 2)), self.tanh, False)
             acts.append(h)
         if keep:
             self._acts = acts
@@ -281,15 +294,26 @@ class TwinMLPKernel:
 # -- heads ------------------------------------------------------------------------------------------------
 @dataclass
 class HeadState:
-    """What a head's backward needs from its forward. ``p``/``logp_all``: categorical ``(B, n)``; ``z``: Gaussian
-    standardised actions ``(B, A)``."""
+    """What a head's backward needs from its forward (numpy arrays). ``p``/``logp_all``: categorical ``(B, n)``;
+    ``z``: Gaussian standardised actions ``(B, A)``."""
 
-    actions: torch.Tensor
-    p: torch.Tensor | None = None
-    logp_all: torch.Tensor | None = None
-    entropy: torch.Tensor | None = None
-    z: torch.Tensor | None = None
-    inv_std: torch.Tensor | None = None
+    actions: np.ndarray
+    p: np.ndarray | None = None
+    logp_all: np.ndarray | None = None
+    entropy: np.ndarray | None = None
+    z: np.ndarray | None = None
+    inv_std: np.ndarray | None = None
+
+
+_ROWS: dict[int, np.ndarray] = {}
+
+
+def _rows(n: int) -> np.ndarray:
+    """``np.arange(n)``, cached (row indices of a per-row gather)."""
+    r = _ROWS.get(n)
+    if r is None:
+        r = _ROWS[n] = np.arange(n)
+    return r
 
 
 class PolicyKernel:
@@ -330,35 +354,41 @@ class PolicyKernel:
             actions = params + torch.randn_like(params) * self.log_std.exp()
             z = (actions - params).mul_(torch.exp(-self.log_std))  # as evaluate() computes it
             return actions, z.square_().mul_(-0.5).sub_(self.log_std).sub_(0.5 * LOG_2PI).sum(-1)
-        actions = self.policy.head.sample(params, None)  # Gumbel-max, the module path's own draw
-        logp = params.gather(-1, actions.unsqueeze(-1)).squeeze_(-1).sub_(torch.logsumexp(params, -1))
-        return actions, logp
+        logp_all = torch.log_softmax(params, -1)
+        actions = self.policy.head.sample(logp_all, None)  # Gumbel-max (on log-probs: the same argmax as on logits)
+        return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze_(-1)
 
     # -- training ----------------------------------------------------------------------------------------
     def evaluate(
         self, x: torch.Tensor, actions: torch.Tensor, need_values: bool = True
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, HeadState]:
-        """``(log-probs (B,), entropies (B,), values (B, H) or None, head state)``, activations kept."""
-        params, values = self._forward(x, True, need_values)
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, HeadState]:
+        """``(log-probs (B,), entropies (B,), values (B, H) or None, head state)`` as numpy arrays (the head's and
+        the loss's arithmetic on these small arrays is numpy's: a call costs a fraction of a torch call's dispatch);
+        the networks' activations are kept for :meth:`backward`."""
+        params_t, values_t = self._forward(x, True, need_values)
+        values = None if values_t is None else values_t.numpy()
+        B = params_t.shape[0]
         if self.gaussian:
-            inv_std = torch.exp(-self.log_std)
-            z = (actions - params).mul_(inv_std)
-            logp = z.square().mul_(-0.5).sub_(self.log_std).sub_(0.5 * LOG_2PI).sum(-1)
-            ent = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(params.shape[0])
-            return logp, ent, values, HeadState(actions, z=z, inv_std=inv_std)
-        logp_all = torch.log_softmax(params, -1)
-        p = logp_all.exp()
-        ent = torch.mul(p, logp_all).sum(-1).neg_()
-        idx = actions.long().unsqueeze(-1)
-        logp = logp_all.gather(-1, idx).squeeze(-1)
-        return logp, ent, values, HeadState(idx, p=p, logp_all=logp_all, entropy=ent)
+            mu = params_t.numpy()
+            ls = self.log_std.numpy()
+            inv_std = np.exp(-ls)
+            z = (actions.numpy() - mu) * inv_std
+            logp = (-0.5 * z * z - ls - 0.5 * LOG_2PI).sum(1)
+            ent = np.full(B, (0.5 + 0.5 * LOG_2PI + ls).sum(), dtype=np.float32)
+            return logp, ent, values, HeadState(actions.numpy(), z=z, inv_std=inv_std)
+        logp_all = torch.log_softmax(params_t, -1).numpy()
+        p = np.exp(logp_all)
+        ent = -np.einsum("ij,ij->i", p, logp_all)
+        a = actions.numpy().astype(np.intp, copy=False)
+        logp = logp_all[_rows(B), a]
+        return logp, ent, values, HeadState(a, p=p, logp_all=logp_all, entropy=ent)
 
     def backward(
         self,
         state: HeadState,
-        dlogp: torch.Tensor,
-        dent: torch.Tensor | float | None,
-        dvalues: torch.Tensor | None,
+        dlogp: np.ndarray,
+        dent: np.ndarray | float | None,
+        dvalues: np.ndarray | None,
         accumulate: bool = False,
     ) -> None:
         """Fill the gradients of every parameter from per-sample loss derivatives (see the class docstring).
@@ -366,36 +396,34 @@ class PolicyKernel:
         Categorical: ``d log p_a / dz = onehot(a) - p`` and ``dH / dz = -p (log p + H)``. Gaussian with a
         state-independent log std ``s``: ``d log p / d mu = z / std``, ``d log p / ds = z^2 - 1``, ``dH / ds = 1``.
         """
+        B = dlogp.shape[0]
         if self.gaussian:
             assert state.z is not None and state.inv_std is not None
-            dparams = state.z * state.inv_std * dlogp.unsqueeze(-1)
+            dparams = state.z * state.inv_std * dlogp[:, None]
+            dls = ((state.z * state.z - 1.0) * dlogp[:, None]).sum(0)
+            if dent is not None:
+                dls = dls + (dent.sum() if isinstance(dent, np.ndarray) else dent * B)
             g = self.log_std_param.grad
             assert g is not None
-            dls = (state.z.square() - 1.0).mul_(dlogp.unsqueeze(-1)).sum(0)
-            if dent is not None:
-                dls = dls + (dent.sum() if isinstance(dent, torch.Tensor) else dent * dlogp.shape[0])
-            if accumulate:
-                g.add_(dls)
-            else:
-                g.copy_(dls)
+            g.add_(torch.from_numpy(dls)) if accumulate else g.copy_(torch.from_numpy(dls))
         else:
             assert state.p is not None and state.logp_all is not None and state.entropy is not None
             if dent is None:
-                dparams = state.p * dlogp.neg().unsqueeze(-1)
+                dparams = state.p * -dlogp[:, None]
             else:
-                d_ent = dent.unsqueeze(-1) if isinstance(dent, torch.Tensor) else dent
-                # -p * (dlogp + dent * (log p + H))
-                dparams = torch.add(state.logp_all, state.entropy.unsqueeze(-1)).mul_(d_ent)
-                dparams.add_(dlogp.unsqueeze(-1)).mul_(state.p).neg_()
-            dparams.scatter_add_(-1, state.actions, dlogp.unsqueeze(-1))
+                d_ent = dent[:, None] if isinstance(dent, np.ndarray) else dent
+                dparams = -state.p * (dlogp[:, None] + d_ent * (state.logp_all + state.entropy[:, None]))
+            dparams[_rows(B), state.actions] += dlogp
+        dp = torch.from_numpy(dparams)
+        dv = None if dvalues is None else torch.from_numpy(dvalues)
         if self.twin is not None:
-            self.twin.backward(dparams, dvalues, accumulate)
+            self.twin.backward(dp, dv, accumulate)
             return
         assert self.pi is not None
-        self.pi.backward(dparams, accumulate=accumulate)
+        self.pi.backward(dp, accumulate=accumulate)
         if self.vf is not None:
-            if dvalues is not None:
-                self.vf.backward(dvalues, accumulate=accumulate)
+            if dv is not None:
+                self.vf.backward(dv, accumulate=accumulate)
             elif not accumulate:
                 for _, _, weight, bias in self.vf.layers:
                     assert weight.grad is not None and bias.grad is not None

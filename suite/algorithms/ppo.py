@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from suite.algorithms.actor_critic import (
@@ -37,7 +38,7 @@ class PPOTrainer(ActorCriticTrainer):
     def supports_fused_loss(self) -> bool:
         return True
 
-    def fused_loss(self, mb: Minibatch, logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None) -> FusedLoss:
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 
 

@@ -333,7 +333,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         # policy has no kernel (suite.algorithms.fused.kernel_for) and the update uses autograd
         return True
 
-    def fused_loss(self, mb: Minibatch, logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None) -> FusedLoss:
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 
 

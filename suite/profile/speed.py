@@ -263,8 +263,8 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
         stepper.zero_grad()
         if fused_update and kernel is not None:
             logp, ent, values, state = kernel.evaluate(x_train, actions)
-            dv = None if values is None else torch.ones_like(values)
-            kernel.backward(state, torch.ones_like(logp), None, dv)
+            dv = None if values is None else np.ones_like(values)
+            kernel.backward(state, np.ones_like(logp), None, dv)
         else:
             params, values = policy(x_train)
             (params.sum() + (values.sum() if values is not None else 0.0)).backward()
