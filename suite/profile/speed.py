@@ -312,35 +312,34 @@ def profile_speed(
     """
     from suite.envs import env_label
 
-    lap = LapClock(clock)
+    laps = LapClock(clock)
     resolved = _resolve(algo, env, steps, overrides or {}, env_kwargs or {}, seed, threads)
-    ctx, _policy, made = _run_slice(resolved, lap)
-    clock_ = lap
-    phases = dict(lap.phases)
+    ctx, _policy, made = _run_slice(resolved, laps)
+    phases = dict(laps.phases)
     parts: dict[str, dict[str, float]] = {}
     for phase, seconds in phases.items():
-        named = {name: t for (ph, name), t in clock_.totals.items() if ph == phase}
+        named = {name: t for (ph, name), t in laps.totals.items() if ph == phase}
         if named:
             named["other"] = max(seconds - sum(named.values()), 0.0)
             parts[phase] = named
-    calls = {name: clock_.part(name)[1] for (_ph, name) in clock_.totals}
+    calls = {name: laps.part(name)[1] for (_ph, name) in laps.totals}
     prof = SpeedProfile(
         algo=resolved.algo.id, env_label=env_label(env, resolved.env_kwargs), steps=ctx.steps, phases=phases,
         parts=parts, calls=calls, train_time=sum(t for name, t in phases.items() if name != "eval"), clock=clock,
     )  # fmt: skip
     # the limit: env alone and network alone, for the same work
-    _t, env_calls, _n = clock_.part("env_step")
+    _t, env_calls, _n = laps.part("env_step")
     if made and env_calls:
         prof.limit["env_vector_steps"] = env_calls
-        prof.limit["env_s"] = _time_env(resolved, made, env_calls, lap.now)
-    trainer = clock_.trainer
-    _t, inf_calls, inf_samples = clock_.part("inference")
-    _t, fwd_calls, fwd_samples = clock_.part("forward")
-    _t, opt_calls, _n = clock_.part("optimizer")
+        prof.limit["env_s"] = _time_env(resolved, made, env_calls, laps.now)
+    trainer = laps.trainer
+    _t, inf_calls, inf_samples = laps.part("inference")
+    _t, fwd_calls, fwd_samples = laps.part("forward")
+    _t, opt_calls, _n = laps.part("optimizer")
     if trainer is not None and hasattr(trainer, "stepper"):
         inference = (inf_calls, inf_samples // max(inf_calls, 1))
         training = (opt_calls, fwd_samples // max(fwd_calls, 1))
-        prof.limit["network_s"], prof.limit["network_path"] = _time_network(trainer, inference, training, lap.now)
+        prof.limit["network_s"], prof.limit["network_path"] = _time_network(trainer, inference, training, laps.now)
         prof.limit["inference_calls"], prof.limit["inference_batch"] = inference
         prof.limit["train_steps"], prof.limit["train_batch"] = training
     if "env_s" in prof.limit:
