@@ -269,8 +269,9 @@ def report(res: dict[str, Any]) -> None:
         return "-" if x is None else format(x, fmt)
 
     m = res["median"]
+    ours, peer = m["ppo"], m["sb3-ppo"]
     print(f"{res['env']} ({res['steps']:,} steps, seeds {res['seeds']}, peer: {res['peer']} SB3):")
-    print(f"  median steps/s wall: ppo {f(m['ppo']['steps_per_second'], ',.0f')}, sb3 {f(m['sb3-ppo']['steps_per_second'], ',.0f')} "
+    print(f"  median steps/s wall: ppo {f(ours['steps_per_second'], ',.0f')}, sb3 {f(peer['steps_per_second'], ',.0f')} "
           f"-> {f(res['steps_per_second_ratio'])}x; per CPU second: {f(m['ppo']['steps_per_cpu_second'], ',.0f')} vs "
           f"{f(m['sb3-ppo']['steps_per_cpu_second'], ',.0f')} -> {f(res['steps_per_cpu_second_ratio'])}x")  # fmt: skip
     print(f"  training time to >= {res['threshold']}: ppo {f(m['ppo']['time_to_threshold_s'])} s, sb3 "
