@@ -1,8 +1,17 @@
 """The shared on-policy core: rollout storage and collection, GAE, gradient steps with diagnostics.
 
 Every algorithm of the suite is built from these pieces; an algorithm module holds only its loss and what
-is truly its own. Hot-path rules (the core is benchmarked against SB3): one network call per env step for
-all envs, preallocated arrays, no per-step Python objects per env.
+is truly its own. Hot-path rules (the core is benchmarked against SB3, ``benchmarks/``; ``suite profile speed``
+shows where the time goes): one network call per env step for all envs, preallocated buffers written in place,
+no per-step Python objects per env, parameters packed in one buffer with one fused optimiser call, the
+hand-derived network passes of :mod:`suite.algorithms.fused` where they apply, and numpy (not torch) for the
+many small per-minibatch array operations.
+
+The memory toggles of document 000 are real code paths here, each a config field (``suite profile memory
+--toggle NAME=VALUE``): ``rollout_storage`` (:class:`Buffer`: numpy or torch allocations), ``gae_chunk``
+(:func:`compute_gae` in chunks, bitwise the same result), ``grad_accumulation`` (micro-batches summed into one
+step, in the trainer) and ``obs_storage_dtype`` (:func:`make_obs_store`: Atari frames kept once as uint8, or
+stacked float32/float16 inputs).
 
 Array shapes: ``T`` rollout steps, ``N`` envs, ``H`` value heads.
 """
