@@ -599,12 +599,6 @@ class GradientStepper:
         return {"grad_norm": float(np.mean(self._norms)), "grad_var": max(self._sumsq / self._n - mean_sq, 0.0)}
 
 
-def check_finite_params(module: nn.Module) -> None:
-    for name, p in module.named_parameters():
-        if not torch.isfinite(p).all():
-            raise Diverged(f"parameter {name} became non-finite")
-
-
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
     """1 - Var[y - y_pred] / Var[y]; NaN when Var[y] = 0."""
     var_y = float(np.var(y_true))
