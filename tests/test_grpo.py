@@ -367,3 +367,39 @@ def test_episodes_cut_by_the_suite_cap_stay_out_of_the_curve() -> None:
         assert ctx.steps == batch.lengths.sum()  # trained on (and counted) all the same
     finally:
         ctx.close()
+
+
+# -- memory toggles ---------------------------------------------------------------------------------------
+def _grpo_slice(overrides: dict, updates: int = 2):
+    from suite.algorithms.grpo import batch_advantages
+    from suite.trial import seed_everything
+
+    resolved = TrialSpec("grpo", "CartPole-v1", 2, 10**6, overrides=overrides).resolve()
+    seed_everything(2, 1)
+    ctx = TrialContext(resolved)
+    try:
+        trainer = GRPOTrainer(ctx, resolved.config)
+        metrics = []
+        for _ in range(updates):
+            batch, _ = trainer.collect()
+            adv = batch_advantages(batch, trainer.cfg.supervision, trainer.cfg.reward_scaling)
+            metrics.append(trainer.update(batch, adv, progress=0.1))
+        return trainer.stepper.flat.data.clone(), metrics, ctx.curve_return
+    finally:
+        ctx.close()
+
+
+def test_rollout_storage_toggle_leaves_grpo_bitwise_unchanged() -> None:
+    a, b = _grpo_slice({}), _grpo_slice({"rollout_storage": "torch"})
+    assert torch.equal(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]
+
+
+def test_grad_accumulation_gives_grpos_minibatch_gradient_within_float_rounding() -> None:
+    """The steps of each minibatch in 3 slices with the minibatch's aggregation weights (DAPO's token mean too):
+    the same update up to float summation order, and the same metrics."""
+    for base in ({"n_minibatches": 2}, {"n_minibatches": 2, "loss_agg": "dapo"}):
+        (pa, ma, _), (pb, mb, _) = _grpo_slice(base, updates=1), _grpo_slice({**base, "grad_accumulation": 3}, updates=1)
+        assert not torch.equal(pa, pb)
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=2e-6)
+        for key in ("policy_loss", "kl_ref", "clip_fraction", "entropy", "grad_norm"):
+            assert mb[0][key] == pytest.approx(ma[0][key], rel=1e-4, abs=1e-7), key

@@ -27,6 +27,7 @@ from suite.algorithms.core import (
     attach_clock,
     compute_gae,
     explained_variance,
+    micro_batches,
     net_config,
     resolve_obs_storage_dtype,
 )
@@ -317,12 +318,6 @@ class ActorCriticTrainer:
     def minibatch_extra(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """Per-sample tensors ``(n, ...)`` a variant's loss needs besides the standard fields."""
         return {}
-
-
-def micro_batches(b: int, k: int) -> list[tuple[int, int]]:
-    """``[(lo, hi), ...]``: ``k`` contiguous slices of ``b`` rows as equal as possible (the first ones one longer),
-    empty ones left out (``grad_accumulation`` larger than a short last minibatch)."""
-    return [(int(q[0]), int(q[-1]) + 1) for q in np.array_split(np.arange(b), k) if len(q)]
 
 
 def ppo_policy_value_loss(

@@ -439,6 +439,12 @@ class RolloutCollector:
         )  # fmt: skip
 
 
+def micro_batches(b: int, k: int) -> list[tuple[int, int]]:
+    """``[(lo, hi), ...]``: ``k`` contiguous slices of ``b`` rows as equal as possible (the first ones one longer),
+    empty ones left out (``grad_accumulation`` larger than a short minibatch)."""
+    return [(int(q[0]), int(q[-1]) + 1) for q in np.array_split(np.arange(b), k) if len(q)]
+
+
 def attach_clock(ctx: Any, trainer: Any) -> Any:
     """The lap clock ``suite profile speed`` put on the trial context (``ctx.clock``), told which trainer it times;
     None in every normal trial (then the hot path pays one ``is not None`` test per part)."""

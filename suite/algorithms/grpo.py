@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from suite.algorithms.core import ROLLOUT_STORAGES, Buffer, GradientStepper, attach_clock, net_config
+from suite.algorithms.core import ROLLOUT_STORAGES, Buffer, GradientStepper, attach_clock, micro_batches, net_config
 from suite.algorithms.fused import PolicyKernel, kernel_for
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
@@ -55,6 +55,9 @@ ADV_EPS = 1e-4
 
 MAX_BUFFER_BYTES = 4 * 2**30
 """Refuse rollout buffers larger than this (a clear error instead of an out-of-memory kill)."""
+
+REF_CHUNK, REF_CHUNK_IMAGES = 4096, 256
+"""Steps per forward of the reference policy (images: 256 frames are ~29 MB as float; 4096 would be ~460 MB)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,9 @@ class GRPOConfig:
     rollout_storage: str = "numpy"
     """Memory toggle: episode buffers allocated and written by ``numpy`` or as ``torch`` tensors (exact: the same
     values either way)."""
+    grad_accumulation: int = 1
+    """Memory toggle: each minibatch step sums the gradients of this many slices of its steps (activations are held
+    for a slice at a time: Pong's minibatches are thousands of frames); the same gradient up to float rounding."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -139,6 +145,8 @@ class GRPOConfig:
             raise ValueError("activation must be tanh or relu")
         if self.rollout_storage not in ROLLOUT_STORAGES:
             raise ValueError(f"rollout_storage must be one of {', '.join(ROLLOUT_STORAGES)}")
+        if self.grad_accumulation < 1:
+            raise ValueError(f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
 
     @property
     def reward_scaling(self) -> str:
@@ -683,9 +691,10 @@ class GRPOTrainer:
         old_logp = torch.from_numpy(batch.log_probs[t_idx, n_idx])
         t_adv = torch.from_numpy(adv[t_idx, n_idx])
         ref_logp = torch.empty_like(old_logp)
+        chunk = REF_CHUNK_IMAGES if policy.image else REF_CHUNK
         with torch.no_grad():
-            for s in range(0, len(t_idx), 4096):
-                sl = slice(s, s + 4096)
+            for s in range(0, len(t_idx), chunk):
+                sl = slice(s, s + chunk)
                 params = self.reference.policy_params(batch.obs[t_flat[sl], n_flat[sl]])
                 ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, actions[sl])
         lr = self.stepper.begin_update(progress)
@@ -696,23 +705,35 @@ class GRPOTrainer:
             for eps in torch.tensor_split(torch.randperm(N), cfg.n_minibatches):
                 L = lengths[eps]
                 sel = torch.cat([torch.arange(int(o), int(o) + int(n)) for o, n in zip(offsets[eps], L, strict=True)])
-                logp, entropy, _, _ = policy.evaluate_actions(batch.obs[t_flat[sel], n_flat[sel]], actions[sel])
                 weights = torch.repeat_interleave(episode_weights(L, cfg.loss_agg, self.collector.max_len), L)
-                loss, m = grpo_loss(
-                    logp, old_logp[sel], ref_logp[sel], t_adv[sel], weights, eps_low=cfg.eps_low,
-                    eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy, ent_coef=cfg.ent_coef,
-                )  # fmt: skip
-                if self.clock is not None:
-                    self.clock.lap("forward", int(sel.shape[0]))
+                S = int(sel.shape[0])
                 self.stepper.zero_grad()
-                self.stepper.backward(loss)
-                if self.clock is not None:
-                    self.clock.lap("backward")
+                # grad_accumulation: the minibatch's steps in k slices; the aggregation weights are the minibatch's,
+                # so the slices' losses sum to its loss and their gradients to its gradient
+                parts = [(0, S)] if cfg.grad_accumulation == 1 else micro_batches(S, cfg.grad_accumulation)
+                w_total = float(weights.sum())
+                m: dict[str, float] = {}
+                for lo, hi in parts:
+                    ps = sel[lo:hi]
+                    logp, entropy, _, _ = policy.evaluate_actions(batch.obs[t_flat[ps], n_flat[ps]], actions[ps])
+                    loss, part_m = grpo_loss(
+                        logp, old_logp[ps], ref_logp[ps], t_adv[ps], weights[lo:hi], eps_low=cfg.eps_low,
+                        eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy, ent_coef=cfg.ent_coef,
+                    )  # fmt: skip
+                    if self.clock is not None:
+                        self.clock.lap("forward", hi - lo)
+                    self.stepper.backward(loss)
+                    if self.clock is not None:
+                        self.clock.lap("backward")
+                    # policy_loss is a weighted sum (adds up), entropy a weighted mean, kl_ref / clip_fraction means
+                    shares = {"policy_loss": 1.0, "entropy": float(weights[lo:hi].sum()) / w_total}
+                    for key, part_v in part_m.items():
+                        m[key] = m.get(key, 0.0) + float(part_v) * shares.get(key, (hi - lo) / S)
                 self.stepper.apply()
                 if self.clock is not None:
                     self.clock.lap("optimizer")
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
+                for key, value in m.items():
+                    sums[key] = sums.get(key, 0.0) + value
                 count += 1
         self.stepper.check_finite()
         self.n_updates += 1
