@@ -121,7 +121,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="trial seed whose evaluation seeds are used")
     _add_plugin(p)
+
+    p = sub.add_parser("profile", help="profile a training slice: speed per part of the loop, memory per phase")
+    profilers = p.add_subparsers(dest="profiler", parser_class=_Parser, metavar="PROFILER")
+    _add_profile_speed(profilers)
     return parser
+
+
+def _add_profile_speed(profilers: Any) -> None:
+    p = profilers.add_parser(
+        "speed", help="time per part of the loop (env step, inference, storage, forward, backward, optimiser...), "
+        "the env and network limit for the same work, the top functions"
+    )  # fmt: skip
+    p.add_argument("--algo", required=True, help="algorithm id")
+    p.add_argument("--env", required=True, help="env id")
+    p.add_argument("--steps", type=int, help="training slice (default: 20,480; 3,072 on Atari)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="hyperparameter override (TOML value)")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env option, e.g. target=12345")
+    p.add_argument("--seed", type=int, default=0, help="trial seed (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--top", type=int, default=15, help="functions to list from cProfile (default 15; 0 = skip it)")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="cpu (default): this process's CPU time, robust on a shared machine; wall: elapsed time")  # fmt: skip
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    _add_plugin(p)
 
 
 # -- commands ----------------------------------------------------------------------------------------------
@@ -418,6 +441,45 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    if args.profiler is None:
+        raise UserError(f"suite profile needs a profiler: {', '.join(PROFILERS)} (see 'suite profile --help')")
+    return PROFILERS[args.profiler](args)
+
+
+def _env_kwargs(items: list[str] | None) -> dict[str, Any]:
+    # Env options are text (a TextMatch target "12345" must stay a string), as for `suite run --env-arg`.
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--env-arg expects key=value, got {item!r}")
+        out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def cmd_profile_speed(args: argparse.Namespace) -> int:
+    from suite.config import parse_assignments
+    from suite.profile import speed
+
+    if args.top < 0:
+        raise UserError(f"--top must be >= 0, got {args.top}")
+    if args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    prof = speed.profile_speed(
+        args.algo, args.env, steps=args.steps, overrides=parse_assignments(args.set), env_kwargs=_env_kwargs(args.env_arg),
+        seed=args.seed, threads=args.threads, top=args.top, with_cprofile=args.top > 0, clock=args.clock,
+    )  # fmt: skip
+    print(speed.format_speed_profile(prof))
+    if args.json:
+        speed.write_json(prof, Path(args.json))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+PROFILERS = {"speed": cmd_profile_speed}
+"""``suite profile NAME``: one function per profiler."""
+
 COMMANDS = {
     "list": cmd_list,
     "run": cmd_run,
@@ -426,6 +488,7 @@ COMMANDS = {
     "report": cmd_report,
     "reproduce": cmd_reproduce,
     "evaluate": cmd_evaluate,
+    "profile": cmd_profile,
 }
 
 

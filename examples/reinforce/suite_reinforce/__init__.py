@@ -58,7 +58,7 @@ def build_policy(observation_space: Any, action_space: Any, cfg: ReinforceConfig
 
 @api.register(
     "reinforce",
-    version="1.0.0",
+    version="1.1.0",  # 1.1.0: the suite's flat fused Adam (GradientStepper) moves its results
     summary="REINFORCE with a learned state-value baseline (Monte-Carlo returns, one gradient step per rollout)",
     reference="Williams 1992, Machine Learning 8:229-256; Sutton & Barto 2018, Sec. 13.4",
     action_spaces=("discrete", "box"),
