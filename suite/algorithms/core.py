@@ -196,7 +196,6 @@ class ArrayObsStore:
     def __getitem__(self, index: Any) -> torch.Tensor:
         return self.tensor()[index]
 
-
     @property
     def nbytes(self) -> int:
         return self.buf.nbytes
@@ -287,7 +286,6 @@ class FrameObsStore:
 
     def __getitem__(self, index: Any) -> torch.Tensor:
         return self.tensor()[index]
-
 
     @property
     def nbytes(self) -> int:
