@@ -30,6 +30,8 @@ entry, so its ``time_s`` and ``calls`` are 0 and training time is unchanged):
 ``rss_peak_over_entry_mb`` highest (peak - resident size when the call started) over the calls: what the phase
                          needs on top of what it found
 ``rss_growth_mb``        sum over the calls of (resident at the end - resident at the start): what it left
+``rss_anon_growth_mb``   the same for anonymous memory only (heap, arrays, tensors): RSS also counts the pages of
+                         shared libraries read in the first time their code runs (torch's kernels, the emulator)
 ``rss_method``           ``vmhwm`` (exact) or ``sampler``
 ``rss_interval_ms``      the sampler's interval (sampler only)
 ``alloc_peak_mb``        (full) highest tracked allocation total during the phase (allocations since the trial
@@ -61,6 +63,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from suite.errors import UserError
 
@@ -132,6 +136,16 @@ class _ProcReader:
         if self._statm is None:
             return int(self._psutil.memory_info().rss) // 1024
         return int(os.pread(self._statm, 128, 0).split()[1]) * self._page_kib
+
+    def sizes_kib(self) -> tuple[int, int]:
+        """``(resident, anonymous resident)`` now: ``statm``'s resident minus its file-backed ("shared") pages, so
+        anonymous memory (heap, arrays, tensors) is told from library code read in on first use."""
+        if self._statm is None:
+            info = self._psutil.memory_info()
+            return int(info.rss) // 1024, (int(info.rss) - int(getattr(info, "shared", 0))) // 1024
+        fields = os.pread(self._statm, 128, 0).split()
+        resident, shared = int(fields[1]) * self._page_kib, int(fields[2]) * self._page_kib
+        return resident, resident - shared
 
     def hwm_kib(self) -> int:
         """Resident high-water mark since the last reset (``VmHWM``)."""
@@ -245,7 +259,8 @@ class MemoryProbe:
         self._proc: _ProcReader | None = None
         self._sampler: _Sampler | None = None
         self._windows: dict[str, _Window] = {}
-        self._open: tuple[str, int] | None = None  # (phase, RSS KiB at entry)
+        self._open: tuple[str, int, int] | None = None  # (phase, RSS and anonymous RSS at entry, KiB)
+        self._anon_growth: dict[str, int] = {}
         self._process_peak = 0  # KiB
         self._tracker: Any = None
         self._capture_dir: str | None = None
@@ -270,7 +285,11 @@ class MemoryProbe:
             self._sampler = _Sampler(proc.rss_kib, self.interval_s)
             self._sampler.start()
         if self.mode == "full":
-            self._start_tracker()
+            try:
+                self._start_tracker()
+            except Exception as exc:  # noqa: BLE001  (e.g. another memray tracker is active: RSS is still measured)
+                self._tracker = None
+                self._alloc_error = f"{type(exc).__name__}: {exc}"
         self._begin(SETUP)
 
     def stop(self) -> None:
@@ -307,6 +326,7 @@ class MemoryProbe:
                 "rss_peak_mb": w.peak / _KIB_PER_MB,
                 "rss_peak_over_entry_mb": w.peak_over_entry / _KIB_PER_MB,
                 "rss_growth_mb": w.growth / _KIB_PER_MB,
+                "rss_anon_growth_mb": self._anon_growth.get(name, 0) / _KIB_PER_MB,
                 "rss_method": self.method,
             }
             if self.method == "sampler":
@@ -337,24 +357,25 @@ class MemoryProbe:
         assert proc is not None
         if self.method == "vmhwm":
             self._process_peak = max(self._process_peak, proc.hwm_kib())  # the gap since the last phase
-            entry = proc.rss_kib()
+            entry, anon = proc.sizes_kib()
             proc.reset_peak()
         else:
-            entry = proc.rss_kib()
+            entry, anon = proc.sizes_kib()
             assert self._sampler is not None
             self._sampler.reset(entry)
-        self._open = (name, entry)
+        self._open = (name, entry, anon)
         if self._tracker is not None and name != SETUP:
             _mark(2 * self._codes[name])
 
     def _finish(self) -> None:
         proc = self._proc
         assert proc is not None and self._open is not None
-        name, entry = self._open
+        name, entry, anon = self._open
         self._open = None
         if self._tracker is not None and name != SETUP:
             _mark(2 * self._codes[name] + 1)
-        leave = proc.rss_kib()
+        leave, anon_leave = proc.sizes_kib()
+        self._anon_growth[name] = self._anon_growth.get(name, 0) + anon_leave - anon
         if self.method == "vmhwm":
             peak = max(proc.hwm_kib(), leave)
         else:
@@ -501,6 +522,34 @@ def start_memory_probe(ctx: TrialContext, mode: str, *, capture: Path | None = N
     return probe
 
 
+# ------------------------------------------------------------------------------------------- what a rollout weighs
+def rollout_weight(
+    n_steps: int,
+    n_envs: int,
+    obs_shape: tuple[int, ...],
+    obs_itemsize: int,
+    *,
+    action_size: int = 1,
+    action_itemsize: int = 8,
+    float_itemsize: int = 4,
+) -> dict[str, int]:
+    """Bytes of one rollout in the suite's layout (:class:`suite.algorithms.core.Rollout` plus what GAE adds).
+
+    ``T = n_steps`` steps of ``N = n_envs`` envs: observations ``(T, N, *obs_shape)``, actions ``(T, N, action_size)``
+    and six ``(T, N)`` floats (log-probs, values, rewards, dones, advantages, returns). Used to say what a rollout of
+    the same shape weighs at a document's sizes (the ``seed000-memory`` claim set). On Pong, ``ppo`` keeps frames as
+    uint8: 27.6 MiB computed, of the 48.0 MB memray tracks in its ``setup`` (with the networks and 8 emulators).
+
+    Returns:
+        ``{"observations", "actions", "per_step_floats", "total"}`` in bytes.
+    """
+    cells = n_steps * n_envs
+    obs = cells * int(np.prod(obs_shape, dtype=np.int64)) * obs_itemsize
+    actions = cells * action_size * action_itemsize
+    floats = 6 * cells * float_itemsize
+    return {"observations": obs, "actions": actions, "per_step_floats": floats, "total": obs + actions + floats}
+
+
 # ------------------------------------------------------------------------------------------ suite profile memory
 PROFILE_MODES: tuple[str, ...] = ("rss", "full")
 """Modes ``suite profile memory --mode`` accepts (a profile without measurement is not one)."""
@@ -519,6 +568,7 @@ MEASURES: tuple[tuple[str, str], ...] = (
     ("rss_above_start_mb", "peak RSS above the trial's start (MB)"),
     ("rss_peak_over_entry_mb", "peak RSS above the phase's entry (MB)"),
     ("rss_growth_mb", "RSS growth (MB)"),
+    ("rss_anon_growth_mb", "anonymous RSS growth (MB)"),
     ("alloc_peak_mb", "peak tracked allocations (MB)"),
     ("alloc_peak_over_entry_mb", "peak tracked allocations above the phase's entry (MB)"),
     ("alloc_growth_mb", "tracked allocation growth (MB)"),

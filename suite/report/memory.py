@@ -35,11 +35,13 @@ PHASE_MEMORY_SPEC = TableSpec(
     "Per env, algorithm and phase (setup = building envs, networks and buffers before the first phase; trial = "
     "the whole process), mean over ok runs, MB = 2**20 bytes: peak RSS; that peak above the trial's start (the "
     "RSS before setup, i.e. what the algorithm adds to the imported libraries); the phase's peak above the RSS it "
-    "started from (max over its calls) and what it left resident (summed over its calls); with "
+    "started from (max over its calls) and what it left resident (summed over its calls; anonymous = without "
+    "the file-backed pages of shared libraries read in on first use); with "
     "--memory-profile full, the same for memray's tracked allocations (numpy and torch alike).",
     (Column("Env", "env_label", "text"), Column("Algorithm", "algo", "text"), Column("Phase", "row", "text"),
      Column("Runs", "n", "int"), Column("Peak RSS", "rss_peak_mb"), Column("Above start", "rss_above_start_mb"),
      Column("Peak over entry", "rss_peak_over_entry_mb"), Column("RSS growth", "rss_growth_mb"),
+     Column("Anon. growth", "rss_anon_growth_mb"),
      Column("Alloc peak", "alloc_peak_mb"), Column("Alloc over entry", "alloc_peak_over_entry_mb"),
      Column("Alloc growth", "alloc_growth_mb")),
     group=None,
@@ -84,7 +86,7 @@ def allocated_not_resident(frame: pd.DataFrame, label: str = "") -> list[str]:
     if "alloc_growth_mb" not in frame or "rss_growth_mb" not in frame:
         return out
     for rec in frame.to_dict("records"):
-        alloc, rss = rec.get("alloc_growth_mb"), rec.get("rss_growth_mb")
+        alloc, rss = rec.get("alloc_growth_mb"), rec.get("rss_anon_growth_mb", rec.get("rss_growth_mb"))
         if alloc is None or rss is None or not np.isfinite(alloc) or not np.isfinite(rss):
             continue
         if alloc - rss >= ALLOCATED_NOT_RESIDENT_MB:
@@ -270,7 +272,7 @@ def write_profile_report(plan: ProfilePlan, runs: Sequence[ProfileRun], summary:
                                 f"{label[0].upper()}{label[1:]} per phase and variant: median over repeats, error bars "
                                 "min to max.", png))  # fmt: skip
     blocks += [Paragraph(PROFILE_SUMMARY_SPEC.caption, "caption"), _side_by_side(summary, plan, measures)]
-    phase_means = summary[summary["measure"].isin(["alloc_growth_mb", "rss_growth_mb"])].pivot_table(
+    phase_means = summary[summary["measure"].isin(["alloc_growth_mb", "rss_growth_mb", "rss_anon_growth_mb"])].pivot_table(
         index=["variant", "row"], columns="measure", values="median"
     )
     notes = []
