@@ -457,7 +457,7 @@ def run_trial(
     return _assemble(
         resolved, ctx, status=status, error=error, tb=tb, wall=time.perf_counter() - t0, started=started,
         model_path=model_path, baseline_rss=baseline_rss, failure_kind=failure_kind,
-        peak_rss=memory.process_peak_mb() if memory is not None else _peak_rss_mb(),
+        peak_rss=memory.peak_mb() if memory is not None else _peak_rss_mb(),
     )  # fmt: skip
 
 

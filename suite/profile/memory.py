@@ -44,8 +44,11 @@ Allocated vs resident: ``np.zeros`` and ``torch.zeros`` of a large size reserve 
 resident page by page as it is written, so an SB3 replay buffer built in ``setup`` shows as ``alloc_growth_mb``
 of ``setup`` and as ``rss_growth_mb`` of ``rollout`` while it fills; the reports show both.
 
-The trial's ``peak_rss_mb`` is kept exact too: the reset also resets the peak that ``getrusage`` reports, so the
-probe reads the high-water mark before every reset and :meth:`MemoryProbe.process_peak_mb` returns the maximum.
+The trial's ``peak_rss_mb`` comes from the probe too (:meth:`MemoryProbe.peak_mb`): the highest RSS from the
+probe's start (before setup) to its stop, read before every reset. ``getrusage``'s peak could not serve: the resets
+reset it, after ``exec`` it keeps the peak of the process that exec'd (a ``spawn``ed child starts with its parent's
+RSS as its peak: measured 322 MB for a 15 MB child), and a worker that runs many trials (a Ray actor) would report
+the peak of earlier trials.
 MB is 2**20 bytes everywhere (as ``peak_rss_mb``). Only the trial process is measured: env workers of
 ``vectorization="async"`` are separate processes (every shipped env runs in-process by default).
 """
@@ -54,7 +57,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -232,7 +234,7 @@ class MemoryProbe:
 
     Lifecycle: :meth:`start` (the start of ``setup``), then ``enter``/``exit`` around every phase (called by
     :class:`suite.trial.TrialContext`), :meth:`stop` when the trial ends, then :meth:`summary` and
-    :meth:`process_peak_mb`. Use :func:`start_memory_probe` to create, start and register one.
+    :meth:`peak_mb`. Use :func:`start_memory_probe` to create, start and register one.
 
     Args:
         mode: ``rss`` or ``full``.
@@ -261,7 +263,7 @@ class MemoryProbe:
         self._windows: dict[str, _Window] = {}
         self._open: tuple[str, int, int] | None = None  # (phase, RSS and anonymous RSS at entry, KiB)
         self._anon_growth: dict[str, int] = {}
-        self._process_peak = 0  # KiB
+        self._peak = 0  # KiB, the trial's peak RSS so far
         self._tracker: Any = None
         self._capture_dir: str | None = None
         self._capture_path: Path | None = None
@@ -277,7 +279,7 @@ class MemoryProbe:
 
         self._codes = {name: i for i, name in enumerate(PHASES)}
         proc = self._proc = _ProcReader()
-        self._process_peak = _own_peak_kib(proc)
+        self._peak = proc.rss_kib()
         if self._method_wanted == "auto" and proc.enable_reset():
             self.method = "vmhwm"
         else:
@@ -299,7 +301,7 @@ class MemoryProbe:
         self._stopped = True
         if self._open is not None:
             self._finish()
-        self._fold_process_peak()
+        self._fold_peak()
         if self._sampler is not None:
             self._sampler.stop()
         if self._tracker is not None:
@@ -343,25 +345,25 @@ class MemoryProbe:
             out[name] = fields
         return out
 
-    def process_peak_mb(self) -> float:
-        """Peak RSS of the process since it started (its ``exec`` or ``fork``): what ``VmHWM`` would say without
-        the resets. For a worker that runs many trials, that includes the earlier ones; a trial's own peak is the
-        highest ``rss_peak_mb`` of its phases and setup."""
+    def peak_mb(self) -> float:
+        """Peak RSS of the process from the probe's start to now (or to :meth:`stop`): the trial's own peak,
+        setup, phases and the moments between them included."""
         if not self._stopped:
-            self._fold_process_peak()
-        return self._process_peak / _KIB_PER_MB
+            self._fold_peak()
+        return self._peak / _KIB_PER_MB
 
     # -- resident size -----------------------------------------------------------------------------------------
     def _begin(self, name: str) -> None:
         proc = self._proc
         assert proc is not None
         if self.method == "vmhwm":
-            self._process_peak = max(self._process_peak, proc.hwm_kib())  # the gap since the last phase
+            self._peak = max(self._peak, proc.hwm_kib())  # the gap since the last phase
             entry, anon = proc.sizes_kib()
             proc.reset_peak()
         else:
             entry, anon = proc.sizes_kib()
             assert self._sampler is not None
+            self._peak = max(self._peak, self._sampler.peak(entry))  # the gap since the last phase
             self._sampler.reset(entry)
         self._open = (name, entry, anon)
         if self._tracker is not None and name != SETUP:
@@ -381,12 +383,17 @@ class MemoryProbe:
         else:
             assert self._sampler is not None
             peak = self._sampler.peak(max(entry, leave))
-        self._process_peak = max(self._process_peak, peak)
+        self._peak = max(self._peak, peak)
         self._windows.setdefault(name, _Window()).add(entry, peak, leave)
 
-    def _fold_process_peak(self) -> None:
-        if self._proc is not None:
-            self._process_peak = max(self._process_peak, _own_peak_kib(self._proc))
+    def _fold_peak(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if self.method == "vmhwm":
+            self._peak = max(self._peak, proc.hwm_kib())
+        elif self._sampler is not None:
+            self._peak = max(self._peak, self._sampler.peak(proc.rss_kib()))
 
     # -- tracked allocations (memray) --------------------------------------------------------------------------
     def _start_tracker(self) -> None:
@@ -415,16 +422,6 @@ class MemoryProbe:
         finally:
             if self._capture_dir is not None:
                 shutil.rmtree(self._capture_dir, ignore_errors=True)
-
-
-def _own_peak_kib(proc: _ProcReader) -> int:
-    """Peak RSS of this process image: ``VmHWM`` where there is one. ``getrusage``'s peak is not used where
-    avoidable: after ``exec`` it keeps the peak of the process that exec'd, so a ``spawn``ed child starts with its
-    parent's RSS as its peak (measured: 322 MB for a 15 MB child)."""
-    try:
-        return proc.hwm_kib()
-    except (OSError, ValueError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _mark(code: int) -> None:
