@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from suite.config import config_to_dict
-from suite.profile.memory import BASELINE, _slug
+from suite.profile.memory import BASELINE, PROFILES_DIR, default_output_dir
 from suite.registry import get_algorithm
 
 ENVS = ("CartPole-v1", "LunarLander-v3", "ALE/Pong-v5")
@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--envs", nargs="+", default=list(ENVS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--toggle", action="append", default=[], metavar="NAME=VALUE")
-    ap.add_argument("--output", default="reports/profile-memory/toggles", help="one profile folder per env under it")
+    ap.add_argument("--output", default=str(PROFILES_DIR / "toggles"), help="one profile folder per env under it")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args()
     rows = []
@@ -85,7 +85,7 @@ def main() -> None:
             print(f"{args.algo} on {env_id} has no config field {', '.join(missing)}: not measured", file=sys.stderr)
         if not toggles:
             continue
-        out = Path(args.output) / _slug(f"{args.algo}_{env_id}")
+        out = Path(args.output) / default_output_dir(args.algo, env_id).name
         cmd = [sys.executable, "-m", "suite.cli", "profile", "memory", "--algo", args.algo, "--env", env_id,
                "--repeats", str(args.repeats), "-o", str(out), "--quiet"]  # fmt: skip
         if STEPS.get(env_id):

@@ -364,7 +364,7 @@ def cmd_profile_memory(args: argparse.Namespace) -> int:
         steps=args.steps, repeats=args.repeats, seed=args.seed, mode="full" if args.flamegraph else args.mode,
         n_eval_episodes=args.eval_episodes, threads=args.threads,
     )  # fmt: skip
-    out = Path(args.output) if args.output else Path("reports") / "profile-memory" / pm._slug(f"{plan.algo}_{plan.env_label}")
+    out = Path(args.output) if args.output else pm.default_output_dir(plan.algo, plan.env_label)
     print(
         f"profiling {plan.algo} on {plan.env_label}: {len(plan.variants)} variant(s) x {plan.repeats} repeat(s) of "
         f"{plan.steps:,} steps, mode {plan.mode}",

@@ -843,6 +843,15 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "run"
 
 
+PROFILES_DIR = Path("reports") / "profile-memory"
+"""Parent of the default output folders of ``suite profile memory`` (relative to the current directory)."""
+
+
+def default_output_dir(algo: str, env_label: str) -> Path:
+    """``reports/profile-memory/<algo>_<env>/`` (unsafe characters replaced: ``ALE/Pong-v5`` -> ``ALE_Pong-v5``)."""
+    return PROFILES_DIR / _slug(f"{algo}_{env_label}")
+
+
 def render_flamegraph(capture: Path, html: Path) -> None:
     """memray's own flame graph HTML for a capture (``memray flamegraph``), then the capture is deleted."""
     import subprocess
