@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import numpy as np
@@ -26,11 +27,22 @@ def wait_for(condition, timeout_s: float = 10.0) -> bool:
     return bool(condition())
 
 
-def touched(n_bytes: int) -> np.ndarray:
-    """An array whose every page is resident."""
-    a = np.empty(n_bytes, dtype=np.uint8)
-    a.fill(1)
-    return a
+class Touched:
+    """``n_bytes`` of fresh anonymous memory, every page written (so resident) until :meth:`free`. A mapping of its
+    own, not malloc: whether malloc reuses freed memory depends on what the process did before (a test session)."""
+
+    def __init__(self, n_bytes: int) -> None:
+        self._map = mmap.mmap(-1, n_bytes, flags=mmap.MAP_PRIVATE)  # private: anonymous memory, not shmem
+        view = np.frombuffer(self._map, dtype=np.uint8)
+        view.fill(1)
+        del view
+
+    def free(self) -> None:
+        self._map.close()
+
+
+def touched(n_bytes: int) -> Touched:
+    return Touched(n_bytes)
 
 
 # -------------------------------------------------------------------------------------------------- the probe
@@ -38,8 +50,7 @@ def test_rss_probe_gives_each_phase_its_own_peak_and_growth():
     probe = pm.MemoryProbe("rss")
     probe.start()
     probe.enter("rollout")
-    transient = touched(96 * MIB)
-    del transient  # freed before the phase ends: a peak without growth
+    touched(96 * MIB).free()  # freed before the phase ends: a peak without growth
     probe.exit("rollout")
     probe.enter("update")
     kept = touched(48 * MIB)  # still resident when the phase ends: growth
@@ -60,7 +71,7 @@ def test_rss_probe_gives_each_phase_its_own_peak_and_growth():
     # The resets also reset getrusage's peak: the probe keeps the trial's peak itself.
     assert probe.peak_mb() == pytest.approx(max(phase["rss_peak_mb"] for phase in s.values()), abs=2)
     assert s["rollout"]["rss_peak_mb"] >= s["rollout"]["rss_peak_over_entry_mb"] + 50
-    del kept
+    kept.free()
 
 
 def test_rss_probe_sums_growth_and_keeps_the_highest_peak_over_calls():
@@ -75,7 +86,8 @@ def test_rss_probe_sums_growth_and_keeps_the_highest_peak_over_calls():
     s = probe.summary()["rollout"]
     assert s["rss_growth_mb"] == pytest.approx(96, abs=6)
     assert s["rss_peak_over_entry_mb"] == pytest.approx(64, abs=4)
-    del kept
+    for block in kept:
+        block.free()
 
 
 def test_sampler_fallback_records_its_interval_and_sees_a_held_peak():
@@ -85,9 +97,9 @@ def test_sampler_fallback_records_its_interval_and_sees_a_held_peak():
     probe.enter("update")
     base = probe._proc.rss_kib()
     held = touched(64 * MIB)
-    # The sampler sees the peak once it has sampled while the array is alive.
+    # The sampler sees the peak once it has sampled while the memory is resident.
     assert wait_for(lambda: probe._sampler.peak(0) - base >= 60 * 1024)
-    del held
+    held.free()
     probe.exit("update")
     probe.stop()
     s = probe.summary()["update"]
