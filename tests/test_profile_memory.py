@@ -317,7 +317,7 @@ def test_profile_interrupted_says_how_to_resume(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["profile"], "suite: error: suite profile needs a profiler: memory (see 'suite profile --help')"),
+        (["profile"], "suite: error: suite profile needs a profiler: memory"),
         (["profile", "memory", "--algo", "nope", "--env", "CartPole-v1"], "suite: error: unknown algorithm 'nope'"),
         (
             ["profile", "memory", "--algo", "ppo", "--env", "CartPole-v1", "--toggle", "zzz=1"],
@@ -364,6 +364,8 @@ def test_seed000_memory_claim_states_the_computed_rollout_weights():
 
 # ------------------------------------------------------------------------------------------------ reports
 def test_study_report_has_a_memory_section_with_allocated_vs_resident(tmp_path):
+    import torch._dynamo  # noqa: F401  (SB3's Adam imports it lazily: ~70 MB that would land in sb3-dqn's setup)
+
     from suite.report import write_report
     from suite.report.memory import phase_memory_frame
     from suite.store import ResultsStore
