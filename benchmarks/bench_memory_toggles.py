@@ -1,150 +1,118 @@
-"""Benchmark: what each memory toggle of the shared core saves, per phase, on CartPole, LunarLander and Pong.
+"""Benchmark: every memory optimisation of the shared core, on and off, on CartPole, LunarLander and Pong.
 
-The toggles are config fields of the PPO family (``suite profile memory --toggle NAME=VALUE`` drives them too):
-``rollout_storage`` (numpy | torch), ``gae_chunk`` (0 | k), ``grad_accumulation`` (1 | k) and
-``obs_storage_dtype`` (auto | float32 | float16). Each variant trains the same slice of ``ppo`` (two rollouts at
-the zoo's settings, one short evaluation) in a fresh spawned process; a probe resets the kernel's peak-RSS counter
-(``/proc/self/clear_refs``) when each phase starts and reads ``VmHWM`` when it ends, so every phase gets its own
-resident peak. Also recorded: the process's peak RSS, RSS before training, and the bytes the rollout's
-observation store holds. The saving of a variant is its peak over the baseline's (ratios < 1 save memory).
+Runs ``suite profile memory`` once per env (each toggle alone, then all together, ``--repeats`` fresh processes
+each, memray's tracked allocations included) and prints the README's table: per env and variant, the peak RSS of
+the process, the peak above the trial's start, the update phase's own peak and the peak of tracked allocations,
+each with its ratio to the baseline (median [min, max] over repeats).
 
-    python benchmarks/bench_memory_toggles.py                         # all three envs, 2 repeats
-    python benchmarks/bench_memory_toggles.py --env ALE/Pong-v5 --repeats 1
+Toggles (the documents' optimisations as config fields of the shared core): for each of ``rollout_storage``,
+``gae_chunk``, ``grad_accumulation`` and ``obs_storage_dtype`` the variant is the *other* value than the
+algorithm's default for the env (:func:`other_value`), so the table shows what switching each one does. A field
+the algorithm does not have is reported and skipped; ``--toggle NAME=VALUE`` replaces the defaults.
+
+    python benchmarks/bench_memory_toggles.py                        # ppo, 3 envs, 3 repeats
+    python benchmarks/bench_memory_toggles.py --envs ALE/Pong-v5 --repeats 2 --dry-run
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
-import os
-import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "baseline": [{}],
-    "rollout_storage": [{"rollout_storage": "torch"}],
-    "gae_chunk": [{"gae_chunk": 16}],
-    "grad_accumulation": [{"grad_accumulation": 4}],
-    "obs_storage_dtype": [{"obs_storage_dtype": "float32"}, {"obs_storage_dtype": "float16"}],
-}
-SLICES = {"CartPole-v1": 512, "LunarLander-v3": 32_768, "ALE/Pong-v5": 2_048}
-"""Two rollouts of the zoo's settings on each env."""
+import pandas as pd
+
+from suite.config import config_to_dict
+from suite.profile.memory import BASELINE, PROFILES_DIR, default_output_dir
+from suite.registry import get_algorithm
+
+ENVS = ("CartPole-v1", "LunarLander-v3", "ALE/Pong-v5")
+STEPS = {"CartPole-v1": None, "LunarLander-v3": None, "ALE/Pong-v5": 3072}
+"""Slice per env (None: the profile's default, two rollouts)."""
+FIELDS = ("rollout_storage", "gae_chunk", "grad_accumulation", "obs_storage_dtype")
+SHOWN = (
+    ("trial", "rss_peak_mb", "peak RSS"),
+    ("trial", "rss_above_start_mb", "above start"),
+    ("update", "rss_peak_over_entry_mb", "update's own peak"),
+    ("trial", "alloc_peak_mb", "tracked alloc peak"),
+)
 
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
+def other_value(name: str, default: Any, env_id: str) -> Any:
+    """The value a toggle switches ``name`` to: the other storage, chunked vs whole GAE, k = 4 vs 1 micro-batches,
+    float32 vs the lean observation dtype."""
+    if name == "rollout_storage":
+        return "torch" if default == "numpy" else "numpy"
+    if name == "gae_chunk":
+        return 32 if not default else 0
+    if name == "grad_accumulation":
+        return 4 if default == 1 else 1
+    if name == "obs_storage_dtype":
+        return "float32" if default in ("auto", "uint8", "float16") else ("uint8" if env_id.startswith("ALE/") else "float16")
+    raise ValueError(f"no rule for {name}")
 
 
-class _PhasePeaks:
-    """Resident peak per phase (``VmHWM`` after resetting it at phase entry)."""
-
-    def __init__(self) -> None:
-        self.peaks: dict[str, float] = {}
-
-    def enter(self, phase: str) -> None:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-
-    def exit(self, phase: str) -> None:
-        self.peaks[phase] = max(self.peaks.get(phase, 0.0), _status_mb("VmHWM"))
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        return {}
-
-
-def _child(env_id: str, overrides: dict[str, Any], conn: Any) -> None:
-    from suite.trial import TrialContext, TrialSpec, seed_everything
-
-    resolved = TrialSpec("ppo", env_id, 0, SLICES[env_id], overrides=overrides, n_eval_episodes=2,
-                         eval_freq=SLICES[env_id]).resolve()  # fmt: skip
-    seed_everything(0, 1)
-    start = _status_mb("VmRSS")
-    ctx = TrialContext(resolved)
-    probe = _PhasePeaks()
-    ctx.add_probe(probe)
-    try:
-        policy = resolved.algo.train(ctx, resolved.config)
-        ctx.evaluate(policy, final=True)
-    finally:
-        ctx.end_phase()
-        ctx.close()
-    conn.send({"peak_rss_mb": max(probe.peaks.values()), "start_rss_mb": start, "phase_peak_mb": probe.peaks,
-               "steps": ctx.steps})  # fmt: skip
-    conn.close()
-
-
-def _obs_store_bytes(env_id: str, overrides: dict[str, Any]) -> int:
-    """Bytes of one rollout's observation store under these settings (computed, not measured)."""
-    import numpy as np
-    import torch
-
-    from suite.algorithms.core import make_obs_store
-    from suite.registry import get_algorithm
-
-    cfg = get_algorithm("ppo").make_config(env_id, overrides)
-    shape = (4, 84, 84) if env_id.startswith("ALE/") else (8,) if env_id.startswith("Lunar") else (4,)
-    dtype = torch.uint8 if env_id.startswith("ALE/") else torch.float32
-    x0 = torch.zeros((cfg.n_envs, *shape), dtype=dtype)
-    store = make_obs_store(cfg.n_steps, cfg.n_envs, x0, env_id.startswith("ALE/"), cfg.obs_storage_dtype, "numpy")
-    if hasattr(store, "used"):  # frames: a full rollout keeps ~1 frame per step (+3 per env to start)
-        return int(cfg.n_steps * cfg.n_envs * np.prod(shape[1:]) + 3 * cfg.n_envs * np.prod(shape[1:]))
-    return store.nbytes
-
-
-def run(env_id: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(env_id, overrides, child))
-    proc.start()
-    child.close()
-    out = parent.recv()
-    proc.join()
-    return out
+def toggles_for(algo: str, env_id: str, explicit: list[str]) -> tuple[list[str], list[str]]:
+    """``--toggle`` arguments for one env, and the fields the algorithm lacks."""
+    if explicit:
+        return explicit, []
+    config = config_to_dict(get_algorithm(algo).make_config(env_id))
+    toggles, missing = [], []
+    for name in FIELDS:
+        if name not in config:
+            missing.append(name)
+            continue
+        value = other_value(name, config[name], env_id)
+        toggles.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
+    return toggles, missing
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--env", action="append", help="env id (repeatable; default: CartPole, LunarLander, Pong)")
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--output", default="results/benchmarks/memory_toggles.json")
+    ap.add_argument("--algo", default="ppo")
+    ap.add_argument("--envs", nargs="+", default=list(ENVS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--toggle", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--output", default=str(PROFILES_DIR / "toggles"), help="one profile folder per env under it")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args()
-    results: dict[str, Any] = {}
-    for env_id in args.env or list(SLICES):
-        rows = []
-        for toggle, variants in VARIANTS.items():
-            for overrides in variants:
-                runs = [run(env_id, overrides) for _ in range(args.repeats)]
-                row = {
-                    "toggle": toggle, "overrides": overrides, "runs": runs,
-                    "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in runs),
-                    "peak_rss_spread_mb": max(r["peak_rss_mb"] for r in runs) - min(r["peak_rss_mb"] for r in runs),
-                    "start_rss_mb": statistics.median(r["start_rss_mb"] for r in runs),
-                    "phase_peak_mb": {
-                        p: statistics.median(r["phase_peak_mb"][p] for r in runs) for p in runs[0]["phase_peak_mb"]
-                    },
-                    "obs_store_bytes": _obs_store_bytes(env_id, overrides),
-                }  # fmt: skip
-                rows.append(row)
-                base = rows[0]["peak_rss_mb"]
-                phases = ", ".join(f"{p} {v:.0f}" for p, v in row["phase_peak_mb"].items())
-                print(f"{env_id:15s} {json.dumps(overrides) or 'baseline':40s} peak {row['peak_rss_mb']:6.0f} MB "
-                      f"(x{row['peak_rss_mb'] / base:.3f}, spread {row['peak_rss_spread_mb']:.0f}); per phase: {phases}; "
-                      f"obs store {row['obs_store_bytes'] / 2**20:.2f} MiB", flush=True)  # fmt: skip
-        results[env_id] = rows
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    from suite.provenance import collect_provenance, utc_now_iso
-
-    out.write_text(json.dumps({"benchmark": "memory_toggles", "format_version": 1, "timestamp": utc_now_iso(),
-                               "load_average": os.getloadavg(), "results": results, "machine": collect_provenance(1)},
-                              indent=2, default=float))  # fmt: skip
-    print(f"wrote {out}")
+    rows = []
+    for env_id in args.envs:
+        toggles, missing = toggles_for(args.algo, env_id, args.toggle)
+        if missing:
+            print(f"{args.algo} on {env_id} has no config field {', '.join(missing)}: not measured", file=sys.stderr)
+        if not toggles:
+            continue
+        out = Path(args.output) / default_output_dir(args.algo, env_id).name
+        cmd = [sys.executable, "-m", "suite.cli", "profile", "memory", "--algo", args.algo, "--env", env_id,
+               "--repeats", str(args.repeats), "-o", str(out), "--quiet"]  # fmt: skip
+        if STEPS.get(env_id):
+            cmd += ["--steps", str(STEPS[env_id])]
+        for t in toggles:
+            cmd += ["--toggle", t]
+        print(" ".join(cmd[1:]), flush=True)
+        if args.dry_run:
+            continue
+        subprocess.run(cmd, check=True)
+        summary = pd.read_csv(out / "tables" / "profile_summary.csv").set_index(["variant", "row", "measure"])
+        for variant in dict.fromkeys(v for v, _, _ in summary.index):
+            row: dict[str, Any] = {"env": env_id, "variant": variant}
+            for phase, measure, title in SHOWN:
+                if (variant, phase, measure) not in summary.index:
+                    continue
+                e = summary.loc[(variant, phase, measure)]
+                ratio = "" if variant == BASELINE or pd.isna(e["ratio_median"]) else (
+                    f" ({e['ratio_median']:.2f} [{e['ratio_min']:.2f}, {e['ratio_max']:.2f}])")  # fmt: skip
+                row[f"{title} MB (ratio)"] = f"{e['median']:,.1f}{ratio}"
+            rows.append(row)
+    if rows:
+        table = pd.DataFrame(rows).fillna("n/a")
+        print("| " + " | ".join(table.columns) + " |")
+        print("|" + "|".join(":---" if i < 2 else "---:" for i in range(len(table.columns))) + "|")
+        for values in table.itertuples(index=False):
+            print("| " + " | ".join(str(v) for v in values) + " |")
 
 
 if __name__ == "__main__":

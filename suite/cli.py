@@ -35,6 +35,14 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results database (default: $SUITE_DB or results/suite.db)")
 
 
+def _add_memory_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--memory-profile", choices=("off", "rss", "full"), default="rss",
+        help="memory per phase in every trial record: off, rss (resident peak and growth; default) or full "
+        "(plus tracked allocations, memray; slower)",
+    )  # fmt: skip
+
+
 def _add_exec(p: argparse.ArgumentParser) -> None:
     """Executor options shared by ``run`` and ``reproduce``."""
     p.add_argument("--executor", default="local", help="local (processes on this machine, default) or ray")
@@ -87,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
     _add_plugin(p)
     _add_exec(p)
+    _add_memory_profile(p)
     _add_db(p)
 
     p = sub.add_parser("status", help="what the results database holds")
@@ -125,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="profile a training slice: speed per part of the loop, memory per phase")
     profilers = p.add_subparsers(dest="profiler", parser_class=_Parser, metavar="PROFILER")
     _add_profile_speed(profilers)
+    _add_profile_memory(profilers)
     return parser
 
 
@@ -145,6 +155,29 @@ def _add_profile_speed(profilers: Any) -> None:
                    help="cpu (default): this process's CPU time, robust on a shared machine; wall: elapsed time")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     _add_plugin(p)
+
+
+def _add_profile_memory(profilers: Any) -> None:
+    p = profilers.add_parser(
+        "memory", help="peak RSS and tracked allocations per phase, each --toggle on and off, side by side"
+    )
+    p.add_argument("--algo", required=True, help="algorithm id")
+    p.add_argument("--env", required=True, help="env id")
+    p.add_argument("--toggle", action="append", metavar="NAME=VALUE", help="a config field to compare against the "
+                   "baseline (repeatable; each alone, then all together)")  # fmt: skip
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="baseline hyperparameter override (TOML value)")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env option, e.g. target=12345")
+    p.add_argument("--steps", type=int, help="training slice per run (default: 3,072, or 2 rollouts if more)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per variant, each in a fresh process (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="trial seed (default 0)")
+    p.add_argument("--mode", choices=("rss", "full"), default="full",
+                   help="full (default): RSS and memray's tracked allocations; rss: RSS only, faster")  # fmt: skip
+    p.add_argument("--eval-episodes", type=int, default=2, help="episodes of the one evaluation at the end (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--flamegraph", metavar="DIR", help="also write memray's flame graph (HTML) of every run to DIR")
+    p.add_argument("-o", "--output", help="report folder (default: reports/profile-memory/<algo>_<env>/)")
+    p.add_argument("--fresh", action="store_true", help="discard runs saved by an earlier call instead of resuming")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 # -- commands ----------------------------------------------------------------------------------------------
@@ -303,6 +336,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"--env-arg expects key=value, got {item!r}")
             env_kwargs[key.strip()] = value.strip().strip('"')
         specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_kwargs}) for s in specs]
+    specs = [dataclasses.replace(s, memory_profile=args.memory_profile) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
     if len(specs) > LARGE_RUN_TRIALS and not args.yes:
@@ -477,7 +511,39 @@ def cmd_profile_speed(args: argparse.Namespace) -> int:
     return 0
 
 
-PROFILERS = {"speed": cmd_profile_speed}
+def cmd_profile_memory(args: argparse.Namespace) -> int:
+    from suite.config import parse_assignments
+    from suite.profile import memory as pm
+    from suite.report.memory import write_profile_report
+
+    plan = pm.plan_profile(
+        args.algo, args.env, toggles=args.toggle, overrides=parse_assignments(args.set), env_kwargs=_env_kwargs(args.env_arg),
+        steps=args.steps, repeats=args.repeats, seed=args.seed, mode="full" if args.flamegraph else args.mode,
+        n_eval_episodes=args.eval_episodes, threads=args.threads,
+    )  # fmt: skip
+    out = Path(args.output) if args.output else pm.default_output_dir(plan.algo, plan.env_label)
+    print(
+        f"profiling {plan.algo} on {plan.env_label}: {len(plan.variants)} variant(s) x {plan.repeats} repeat(s) of "
+        f"{plan.steps:,} steps, mode {plan.mode}",
+        file=sys.stderr,
+    )
+    try:
+        runs = pm.run_profile(
+            plan, out, flamegraph_dir=Path(args.flamegraph) if args.flamegraph else None, fresh=args.fresh,
+            show_progress=not args.quiet,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"suite: interrupted; finished runs are saved in {out / pm.RUNS_FILE}. Run the same command again to "
+              "complete the rest.", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
+    summary = pm.summarise(runs, plan)
+    print(pm.format_profile(summary, plan, runs))
+    index = write_profile_report(plan, runs, summary, out)
+    print(f"report written to {index}", file=sys.stderr)
+    return 0
+
+
+PROFILERS = {"speed": cmd_profile_speed, "memory": cmd_profile_memory}
 """``suite profile NAME``: one function per profiler."""
 
 COMMANDS = {

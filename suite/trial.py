@@ -104,6 +104,9 @@ class TrialSpec:
     """Plugins (``.py`` file paths, absolute, or module names) to load before resolving: :meth:`resolve` loads them
     in whichever process runs it (worker, Ray task), so they register the same algorithms and envs everywhere.
     Not part of the trial key (the algorithm id and version are); the record's provenance names the plugin."""
+    memory_profile: str = "rss"
+    """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.profile.memory`). Not part of the
+    key: it measures, it never changes a result."""
 
     def resolve(self) -> ResolvedTrial:
         from suite.plugins import load_plugins
@@ -117,6 +120,9 @@ class TrialSpec:
             raise UserError(f"threads must be >= 1, got {self.threads}")
         if self.n_eval_episodes < 1:
             raise UserError(f"n_eval_episodes must be >= 1, got {self.n_eval_episodes}")
+        from suite.profile.memory import check_mode
+
+        check_mode(self.memory_profile)
         algo = get_algorithm(self.algo)
         get_env_spec(self.env_id)
         check_compatible(algo, self.env_id)
@@ -429,9 +435,12 @@ def run_trial(
     *,
     models_dir: Path | None = None,
     progress: Callable[[int], None] | None = None,
+    memory_capture: Path | None = None,
 ) -> dict[str, Any]:
-    """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial."""
+    """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial.
+    ``memory_capture``: with ``memory_profile="full"``, keep memray's capture file there (for a flame graph)."""
     from suite.algorithms.core import Diverged
+    from suite.profile.memory import start_memory_probe
     from suite.provenance import utc_now_iso
 
     spec = resolved.spec
@@ -440,6 +449,7 @@ def run_trial(
     seed_everything(spec.seed, spec.threads)
     baseline_rss = _current_rss_mb()
     ctx = TrialContext(resolved, progress)
+    memory = start_memory_probe(ctx, spec.memory_profile, capture=memory_capture)
     status, error, tb, model_path, failure_kind = "ok", None, None, None, None
     try:
         agent = resolved.algo.train(ctx, resolved.config)
@@ -462,9 +472,12 @@ def run_trial(
     finally:
         ctx.end_phase()
         ctx.close()
+        if memory is not None:
+            memory.stop()
     return _assemble(
         resolved, ctx, status=status, error=error, tb=tb, wall=time.perf_counter() - t0, started=started,
-        model_path=model_path, baseline_rss=baseline_rss, peak_rss=_peak_rss_mb(), failure_kind=failure_kind,
+        model_path=model_path, baseline_rss=baseline_rss, failure_kind=failure_kind,
+        peak_rss=memory.peak_mb() if memory is not None else _peak_rss_mb(),
     )  # fmt: skip
 
 

@@ -73,7 +73,7 @@ def test_target_kl_stops_before_the_offending_step():
 def test_phases_are_timed_and_add_up_to_training_time():
     rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, n_eval_episodes=2).resolve())
     phases = rec["phases"]
-    assert set(phases) == {"rollout", "advantages", "update", "eval"}
+    assert set(phases) == {"rollout", "advantages", "update", "eval", "setup"}  # setup: memory only (calls 0)
     assert phases["rollout"]["calls"] == phases["advantages"]["calls"] == phases["update"]["calls"] == 2
     assert phases["eval"]["calls"] == len(rec["evals"])
     train = sum(phases[p]["time_s"] for p in ("rollout", "advantages", "update"))

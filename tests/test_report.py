@@ -49,7 +49,7 @@ EXPECTED_TABLES = (
 )  # fmt: skip
 EXPECTED_FIGURES = (
     "learning_curves", "training_curves", "final_scores", "aggregate", "performance_profile",
-    "probability_of_improvement", "speed_memory",
+    "probability_of_improvement", "speed_memory", "memory_phases",
 )  # fmt: skip
 
 

@@ -47,6 +47,7 @@ from suite.report.display import (
     display_tables,
 )
 from suite.report.document import Document, Failure, FigureRef, Paragraph, Section
+from suite.report.memory import memory_section
 from suite.stats.scores import POI_REPS
 
 REPORTS_DIR = Path("reports")
@@ -305,6 +306,9 @@ def write_report(
 
     figs = _figures(data, fig_dir, curves)
     doc = _document(data, tables, figs, budgets, provenance)
+    # Memory per phase (suite.report.memory): its own section, right after "Speed and memory".
+    at = next((i + 1 for i, section in enumerate(doc.sections) if section.id == "speed-memory"), len(doc.sections))
+    doc.sections.insert(at, memory_section(data.trials, table_dir, fig_dir))
     (out / "report.md").write_text(md_out.render_document(doc), encoding="utf-8")
     index = out / "index.html"
     index.write_text(html_out.render_document(doc), encoding="utf-8")

@@ -137,6 +137,15 @@ class SB3A2CConfig(SB3Common):
     """Initial log std of the Gaussian policy (continuous actions)."""
 
 
+def _check_replay_buffer(cfg: Any) -> None:
+    # SB3's ReplayBuffer raises on this pair deep inside learn(); say it before anything runs, with the fix.
+    if cfg.optimize_memory_usage and cfg.handle_timeout_termination:
+        raise ValueError(
+            "optimize_memory_usage = true needs handle_timeout_termination = false (SB3's replay buffer refuses "
+            "both, SB3 issue 934)"
+        )
+
+
 @dataclass(frozen=True)
 class SB3DQNConfig(SB3Common):
     """``stable_baselines3.DQN`` arguments (defaults: SB3's)."""
@@ -161,6 +170,9 @@ class SB3DQNConfig(SB3Common):
     """Gradient steps per training call (-1: as many as env steps collected)."""
     optimize_memory_usage: bool = False
     """SB3's memory-efficient buffer (incompatible with timeout handling, SB3 issue 934)."""
+    handle_timeout_termination: bool = True
+    """The replay buffer's time-limit handling (``replay_buffer_kwargs``); must be false with
+    ``optimize_memory_usage``, which SB3 refuses it with (SB3 issue 934)."""
     n_steps: int = 1
     """n-step returns."""
     target_update_interval: int = 10_000
@@ -175,6 +187,10 @@ class SB3DQNConfig(SB3Common):
     """Global gradient-norm clip."""
     net_arch: tuple[int, ...] | None = None
     """Q-network hidden sizes; None = SB3's default for the policy class."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_replay_buffer(self)
 
 
 @dataclass(frozen=True)
@@ -198,7 +214,10 @@ class _OffPolicyContinuous(SB3Common):
     gradient_steps: int = 1
     """Gradient steps per training call (-1: as many as env steps collected)."""
     optimize_memory_usage: bool = False
-    """SB3's memory-efficient buffer."""
+    """SB3's memory-efficient buffer (incompatible with timeout handling, SB3 issue 934)."""
+    handle_timeout_termination: bool = True
+    """The replay buffer's time-limit handling (``replay_buffer_kwargs``); must be false with
+    ``optimize_memory_usage``, which SB3 refuses it with (SB3 issue 934)."""
     n_steps: int = 1
     """n-step returns."""
     noise_type: Literal["none", "normal", "ornstein-uhlenbeck"] = "none"
@@ -211,6 +230,10 @@ class _OffPolicyContinuous(SB3Common):
     """Critic hidden sizes; set together with ``net_arch_pi``."""
     n_critics: int = 2
     """Number of critics (SB3 default 2)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_replay_buffer(self)
 
 
 @dataclass(frozen=True)
@@ -278,6 +301,7 @@ FLAVOURS: Mapping[str, Flavour] = {
 _SUITE_ONLY = {f.name for f in dataclasses.fields(SB3Common)} | {
     "net_arch", "net_arch_pi", "net_arch_vf", "net_arch_qf", "ortho_init", "log_std_init", "n_critics",
     "noise_type", "noise_std", "train_freq_unit", "optimizer_class", "learning_rate", "clip_range",
+    "handle_timeout_termination",
 }  # fmt: skip
 """Config fields that are not passed to the SB3 constructor as they are (policy kwargs, zoo keys, schedules)."""
 
@@ -332,6 +356,7 @@ def sb3_kwargs(flavour: Flavour, cfg: Any, action_space: spaces.Space) -> dict[s
         kw["clip_range"] = sb3_schedule(cfg.clip_range)
     if not flavour.on_policy:
         kw["train_freq"] = (cfg.train_freq, cfg.train_freq_unit)
+        kw["replay_buffer_kwargs"] = {"handle_timeout_termination": cfg.handle_timeout_termination}
     if flavour.algo in ("sac", "td3") and cfg.noise_type != "none":
         n = int(np.prod(action_space.shape or ()))
         noise_cls = NormalActionNoise if cfg.noise_type == "normal" else OrnsteinUhlenbeckActionNoise
