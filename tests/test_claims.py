@@ -26,7 +26,10 @@ from suite.stats import long_term_risk, seeds_needed
 from suite.study import TIERS
 from suite.textmatch import sample_diversity
 
-SHIPPED = ("cleanrl-benchmark", "ppo-rlvr-prm-ablation", "seed000-text", "seed003-textmatch", "seed004-table", "zoo-benchmark")
+SHIPPED = (
+    "cleanrl-benchmark", "ppo-rlvr-prm-ablation", "seed000-memory", "seed000-text", "seed003-textmatch", "seed004-table",
+    "zoo-benchmark",
+)  # fmt: skip
 
 
 def minimal(**cell: Any) -> dict[str, Any]:

@@ -32,6 +32,9 @@ from tests.test_executor import (  # noqa: E402
     wait_until,
 )
 
+OUTSIDE_NET = os.readlink("/proc/self/ns/net")
+"""pytest's network namespace, read at collection, before any test started Ray."""
+
 
 @pytest.fixture(scope="module")
 def local_ray():
@@ -69,7 +72,7 @@ def _listening(pid: int) -> list[str]:
 def test_in_process_ray_listens_only_inside_a_private_network(local_ray):
     ray_processes = [p for p in descendants(os.getpid()) if p.name() in ("raylet", "gcs_server")]
     assert {p.name() for p in ray_processes} == {"raylet", "gcs_server"}
-    outside = os.readlink(f"/proc/{os.getppid()}/ns/net")  # pytest's parent never moved
+    outside = OUTSIDE_NET  # read before Ray started (the driver thread is inside while Ray runs)
     for p in ray_processes:
         assert os.readlink(f"/proc/{p.pid}/ns/net") != outside
         addresses = _listening(p.pid)

@@ -317,7 +317,7 @@ def test_profile_interrupted_says_how_to_resume(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["profile"], "suite: error: suite profile needs a profiler: memory"),
+        (["profile"], "suite: error: suite profile needs a profiler: speed, memory"),
         (["profile", "memory", "--algo", "nope", "--env", "CartPole-v1"], "suite: error: unknown algorithm 'nope'"),
         (
             ["profile", "memory", "--algo", "ppo", "--env", "CartPole-v1", "--toggle", "zzz=1"],

@@ -122,6 +122,8 @@ class FlatAdam:
         self.step_count = torch.zeros(())  # float32, as torch.optim keeps it
 
     def step(self, lr: float) -> None:
+        if not lr >= 0.0:  # torch.optim.Adam's own check (its message), which the fused kernel does not make
+            raise ValueError(f"Invalid learning rate: {lr}")
         self.step_count.add_(1.0)
         torch._fused_adam_(
             [self.flat.data], [self.flat.grad], [self.exp_avg], [self.exp_avg_sq], [], [self.step_count],
