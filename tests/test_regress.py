@@ -8,6 +8,7 @@ their own ``suite run``; they are CI-sized (a few trials each). The full detecti
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import tomllib
@@ -36,7 +37,7 @@ from suite.regress.plants import git as plant_git
 from suite.regress.records import BASE_COLUMNS, param_hash, result_hash
 from suite.regress.reference import Reference, write_reference
 from suite.regress.revisions import extract, resolve_commit, working_tree, working_tree_files
-from suite.regress.runner import Slot, batches, interleaved
+from suite.regress.runner import Slot, Unit, batches, interleaved
 from suite.study import load_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -262,21 +263,31 @@ def test_default_studies_are_shipped_and_distinct():
 
 
 def test_interleaved_order_alternates_every_repeat():
-    order = [(s.side, s.repeat, s.part) for s in interleaved(["base", "head"], 3, ["a", "b"])]
+    a, b = Unit("s", "ppo", "CartPole-v1"), Unit("s", "grpo", "CartPole-v1")
+    order = [(s.side, s.repeat, s.unit.algo) for s in interleaved(["base", "head"], 3, [a, b])]
     assert order == [
-        ("base", 0, "a"), ("head", 0, "a"), ("base", 0, "b"), ("head", 0, "b"),
-        ("head", 1, "a"), ("base", 1, "a"), ("head", 1, "b"), ("base", 1, "b"),
-        ("base", 2, "a"), ("head", 2, "a"), ("base", 2, "b"), ("head", 2, "b"),
+        ("base", 0, "ppo"), ("head", 0, "ppo"), ("base", 0, "grpo"), ("head", 0, "grpo"),
+        ("head", 1, "ppo"), ("base", 1, "ppo"), ("head", 1, "grpo"), ("base", 1, "grpo"),
+        ("base", 2, "ppo"), ("head", 2, "ppo"), ("base", 2, "grpo"), ("head", 2, "grpo"),
     ]  # fmt: skip
-    assert Slot("head", 1, "a").marker(Path("/run")) == Path("/run/head/r1/done-a")
+    slot = Slot("head", 1, Unit("regression-memory", "ppo", "ALE/Pong-v5"))
+    assert slot.marker(Path("/run")) == Path("/run/head/r1/done-regression-memory.ppo.ALE_Pong-v5")
+    assert slot.unit.args() == ["--algo", "ppo", "--env", "ALE/Pong-v5"]
 
 
-def test_concurrent_batches_run_the_revisions_of_a_repeat_and_study_together():
-    slots = interleaved(["base", "head"], 2, ["a", "b"])
+def test_concurrent_batches_run_the_revisions_of_a_repeat_and_unit_together():
+    slots = interleaved(["base", "head"], 2, [Unit("s", "ppo"), Unit("s", "grpo")])
     assert batches(slots, "interleaved") == [[s] for s in slots]
-    together = [[(s.side, s.repeat, s.part) for s in b] for b in batches(slots, "concurrent")]
-    assert together == [[("base", 0, "a"), ("head", 0, "a")], [("base", 0, "b"), ("head", 0, "b")],
-                        [("head", 1, "a"), ("base", 1, "a")], [("head", 1, "b"), ("base", 1, "b")]]  # fmt: skip
+    together = [[(s.side, s.repeat, s.unit.algo) for s in b] for b in batches(slots, "concurrent")]
+    assert together == [[("base", 0, "ppo"), ("head", 0, "ppo")], [("base", 0, "grpo"), ("head", 0, "grpo")],
+                        [("head", 1, "ppo"), ("base", 1, "ppo")], [("head", 1, "grpo"), ("base", 1, "grpo")]]  # fmt: skip
+
+
+def test_units_split_a_study_by_algorithm_and_env():
+    plan = make_plan("regression", tier=None, seeds="0-2", threads=None, capabilities=[_caps(
+        ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise", "sb3-ppo"))])  # fmt: skip
+    assert plan.units[:2] == [("ppo", "CartPole-v1"), ("ppo-adaptive-clip", "CartPole-v1")] and len(plan.units) == 6
+    assert plan.unit_trials("ppo", "CartPole-v1") == 3 and plan.n_trials == 18
 
 
 # -- revisions: content keys and extraction, without writing to the repository -----------------------------------
@@ -400,8 +411,33 @@ def test_outside_a_git_checkout_is_a_user_error(tmp_path, monkeypatch, capsys):
 
 # -- planted regressions in throwaway commits of a temporary copy of the repository ------------------------------
 # The plants (suite/regress/plants.py) wrap stable interfaces (the trial's phases and envs, the PPO trainer's loss).
-# These CI-sized tests run each once on small studies; benchmarks/regress_targets.py runs them 3 times on the shipped
-# studies for the detection targets.
+# CI runs the cheap ones (identical code passes, a flipped loss is worse) on smoke-sized studies; the speed and memory
+# plants need several comparisons for their intervals and run as slow tests on the shipped studies;
+# benchmarks/regress_targets.py runs every plant 3 times with the defaults for the detection targets.
+SMOKE_STUDY = """name = "regress-smoke"
+description = "the smallest study the gate can run: ppo on the text env, 2 seeds, 512 steps"
+tier = "smoke"
+seeds = "0-1"
+n_eval_episodes = 2
+algos = ["ppo"]
+envs = ["TextMatch-v0"]
+
+[budgets.smoke]
+"TextMatch-v0" = 512
+"""
+
+CONTROL_STUDY = """name = "regress-controls"
+description = "three more comparisons beside Pong, so the memory interval has degrees of freedom"
+tier = "smoke"
+seeds = "0"
+n_eval_episodes = 2
+algos = ["ppo", "grpo", "sb3-ppo"]
+envs = ["CartPole-v1"]
+
+[budgets.smoke]
+"CartPole-v1" = 1024
+"""
+
 TEST_STUDY = """name = "regress-test"
 description = "ppo on CartPole-v1 at a budget where it learns, for the planted-regression tests"
 tier = "smoke"
@@ -420,7 +456,8 @@ envs = ["CartPole-v1"]
 def planted(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted")
     repo = make_planted_repo(REPO, root / "repo")
-    (root / "test.toml").write_text(TEST_STUDY)
+    for name, text in (("test", TEST_STUDY), ("smoke", SMOKE_STUDY), ("controls", CONTROL_STUDY)):
+        (root / f"{name}.toml").write_text(text)
     return repo, root
 
 
@@ -447,11 +484,15 @@ def test_the_plants_apply_to_a_copy_and_leave_the_original_alone(planted):
     assert plant_git(repo, "diff", "--stat", "base", "same").endswith("1 file changed, 2 insertions(+)")
 
 
-def test_identical_revisions_pass(planted):
-    code, verdicts = _gate(planted, "same", [str(planted[1] / "test.toml")], repeats=2, schedule="interleaved")
+def test_identical_revisions_pass_smoke(planted):
+    code, verdicts = _gate(planted, "same", [str(planted[1] / "smoke.toml")], repeats=2, schedule="interleaved")
     (v,) = verdicts.values()
-    assert code == 0 and v["returns"] == "identical" and v["identical_seeds"] == 3
+    assert code == 0 and v["returns"] == "identical" and v["identical_seeds"] == 2
     assert v["speed_verdict"] != "slower" and v["memory_verdict"] != "hungrier" and v["verdict"].startswith("pass")
+    run = planted[1] / "run-same-interleaved"
+    order = [(e["side"], e["repeat"]) for e in map(json.loads, (run / "slots.jsonl").read_text().splitlines())]
+    assert order == [("base", 0), ("head", 0), ("head", 1), ("base", 1)]
+    assert {"regression.html", "regression.md", "verdicts.csv", "measures.csv", "runs.csv"} <= {p.name for p in run.iterdir()}
 
 
 def test_a_flipped_loss_is_worse(planted):
@@ -461,6 +502,7 @@ def test_a_flipped_loss_is_worse(planted):
     assert v["final_head"] < v["final_base"] / 2
 
 
+@pytest.mark.slow
 def test_a_slower_update_is_slower(planted):
     code, verdicts = _gate(planted, "slow-update", ["regression"], repeats=2)
     v = verdicts["ppo/CartPole-v1"]
@@ -469,8 +511,10 @@ def test_a_slower_update_is_slower(planted):
     assert 0.6 < v["cpu_speed_ratio"] < 0.9, v  # 30% more update time, most of ppo's training time
 
 
+@pytest.mark.slow
 def test_an_extra_copy_of_the_observations_is_hungrier(planted):
-    code, verdicts = _gate(planted, "obs-copy", ["regression-memory"], repeats=2)
+    code, verdicts = _gate(planted, "obs-copy", ["regression-memory", str(planted[1] / "controls.toml")], repeats=2)
+    assert all(verdicts[f"{a}/CartPole-v1"]["memory_verdict"] == "same" for a in ("ppo", "grpo", "sb3-ppo"))  # KBs there
     v = verdicts["ppo/ALE/Pong-v5"]
     assert v["returns"] == "identical"
     # 8 envs x 128 steps of 4x84x84 float32 frames: 115.6 MB more at the peak
@@ -490,3 +534,23 @@ def test_a_trial_records_cpu_seconds_per_phase_and_the_runs_frame_reads_them():
     cpu = sum(p["cpu_s"] for name, p in phases.items() if name != "eval")
     assert row["cpu_steps_per_second"] == pytest.approx(rec["steps"] / cpu)
     assert row["time:update"] == phases["update"]["time_s"]
+
+
+def test_a_reference_run_is_written_and_compared_against_smoke(planted, capsys):
+    from suite.regress import RegressOptions, regress
+
+    repo, root = planted
+    ref = root / "reference"
+    common = {"repo": repo, "cache": root / "cache", "deps_env": Path(sys.prefix), "report": False, "quiet": True}
+    smoke = [str(root / "smoke.toml")]
+    assert regress(RegressOptions(write_reference=True, studies=smoke, repeats=1, reference=ref, output=root / "ref-run",
+                                  **common), say=lambda line: None) == 0  # fmt: skip
+    provenance = json.loads((ref / "provenance.json").read_text())
+    assert provenance["commit"] == plant_git(repo, "rev-parse", "base") and provenance["studies"] == ["regress-smoke"]
+    assert provenance["command"] == "suite regress --write-reference" and provenance["repeats"] == 1
+    assert sum(f.stat().st_size for f in ref.rglob("*") if f.is_file()) < 64 * 1024  # small enough to commit
+    code = regress(RegressOptions(base="same", against_reference=True, reference=ref, output=root / "against", **common),
+                   say=lambda line: None)  # fmt: skip
+    (v,) = pd.read_csv(root / "against" / "verdicts.csv").to_dict("records")
+    assert code == 0 and v["returns"] == "identical" and v["speed_verdict"] in ("info", "n/a")
+    assert "Not gating here" in (root / "against" / "regression.md").read_text()

@@ -31,7 +31,7 @@ from suite.regress.plan import Plan, make_plans, plans_id
 from suite.regress.records import load_slot
 from suite.regress.reference import REFERENCE_DIR, Reference, write_reference
 from suite.regress.revisions import Revision, is_dirty, repo_root, resolve_commit, working_tree
-from suite.regress.runner import SCHEDULES, RevisionFailed, Slot, batches, interleaved, machine, run_batch
+from suite.regress.runner import SCHEDULES, RevisionFailed, Slot, Unit, batches, interleaved, machine, run_batch
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 RUNS_DIR = Path("results") / "regress"
@@ -59,8 +59,9 @@ class RegressOptions:
     threads: int | None = None
     workers: int = 1
     """Parallel trials inside each run (1: trials do not compete with each other for the CPU)."""
-    schedule: str = "interleaved"
-    """``interleaved`` (one run at a time, alternating) or ``concurrent`` (the revisions' runs side by side)."""
+    schedule: str | None = None
+    """``concurrent`` (the revisions' runs side by side), ``interleaved`` (one at a time, alternating), or None:
+    concurrent where the machine has a CPU per revision and run (:func:`default_schedule`)."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     against_reference: bool = False
     write_reference: bool = False
@@ -105,7 +106,7 @@ def regress(opts: RegressOptions, say: Callable[[str], None] = _say) -> int:
     slots_log = _run(builds, plans, run_dir, repeats, opts, say)
     runs = _load_runs(run_dir, builds, repeats)
     results = compare(runs, opts.thresholds)
-    ctx = _context(base.describe(), head.describe(), plans, repeats, opts.schedule, slots_log, [], run_dir)
+    ctx = _context(base.describe(), head.describe(), plans, repeats, opts.schedule or "interleaved", slots_log, [], run_dir)
     return _finish(results, runs, ctx, opts, say, builds)
 
 
@@ -181,8 +182,21 @@ def _validate(opts: RegressOptions) -> None:
         raise UserError(f"--repeats must be >= 1, got {opts.repeats}")
     if opts.workers < 1:
         raise UserError(f"--workers must be >= 1, got {opts.workers}")
+    if opts.schedule is None:
+        opts.schedule = default_schedule(opts.workers)
     if opts.schedule not in SCHEDULES:
         raise UserError(f"unknown --schedule {opts.schedule!r}; allowed: {', '.join(SCHEDULES)}")
+
+
+def default_schedule(workers: int = 1) -> str:
+    """``concurrent`` where this process may use a CPU for each revision's runs (2 x workers), else ``interleaved``.
+
+    Measured on the shared 2-core dev machine (load 6-8, the regression study, A/A): the spread of the per-trial
+    HEAD/BASE ratio of CPU-time steps/s was 0.044 (log units) with the two revisions running side by side and 0.15-0.22
+    with them alternating a run at a time, because the load of the moment hits twins alike; see the README.
+    """
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return "concurrent" if usable >= 2 * workers else "interleaved"
 
 
 def _builder(opts: RegressOptions, repo: Path, say: Callable[[str], None]) -> Builder:
@@ -211,9 +225,10 @@ def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats
     for plan in plans:
         (run_dir / plan.file_name).write_text(plan.toml)
     _write_manifest(run_dir, builds, plans, repeats, opts)
-    slots = interleaved(list(builds), repeats, list(by_name))
+    units = [Unit(p.study.name, algo, env) for p in plans for algo, env in p.units]
+    slots = interleaved(list(builds), repeats, units)
     todo = [s for s in slots if not s.done(run_dir)]
-    schedule = opts.schedule if len(builds) > 1 else "interleaved"
+    schedule = opts.schedule if len(builds) > 1 and opts.schedule else "interleaved"
     for plan in plans:
         say(f"study {plan.study.name!r} ({plan.tier} tier): {len(plan.groups)} (algorithm, env) x {len(plan.seeds)} seeds = "
             f"{plan.n_trials} trials")  # fmt: skip
@@ -221,15 +236,16 @@ def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats
             say(f"note: left out of {plan.study.name!r}: {note}")
     say(f"{len(slots)} runs ({' and '.join(builds)}, {repeats} repeats, {schedule}), {len(slots) - len(todo)} already "
         f"done; results in {run_dir}")  # fmt: skip
-    total = sum(by_name[s.part].n_trials for s in slots)
-    bar = tqdm(total=total, initial=total - sum(by_name[s.part].n_trials for s in todo), unit="trial", disable=opts.quiet,
+    size = {Unit(p.study.name, algo, env): p.unit_trials(algo, env) for p in plans for algo, env in p.units}
+    total = sum(size[s.unit] for s in slots)
+    bar = tqdm(total=total, initial=total - sum(size[s.unit] for s in todo), unit="trial", disable=opts.quiet,
                dynamic_ncols=True, file=sys.stderr, mininterval=1.0)  # fmt: skip
     log: list[dict[str, Any]] = []
     try:
         for batch in batches(todo, schedule):
-            start, n = bar.n, sum(by_name[s.part].n_trials for s in batch)
+            start, n = bar.n, sum(size[s.unit] for s in batch)
             first = batch[0]
-            bar.set_description(f"repeat {first.repeat + 1}/{repeats} {'+'.join(s.side for s in batch)} {first.part}")
+            bar.set_description(f"repeat {first.repeat + 1}/{repeats} {'+'.join(s.side for s in batch)} {first.unit.name}")
 
             def progress(count: int, start: int = start, n: int = n) -> None:
                 delta = min(max(count, 0), n) + start - bar.n

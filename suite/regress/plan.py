@@ -71,6 +71,15 @@ class Plan:
         return sum(g.budget for g in self.groups) * len(self.seeds)
 
     @property
+    def units(self) -> list[tuple[str, str]]:
+        """``(algorithm, env id)`` pairs in study order: what each ``suite run`` of a slot runs."""
+        return list(dict.fromkeys((g.algo, g.env.id) for g in self.groups))
+
+    def unit_trials(self, algo: str, env: str) -> int:
+        """Trials of one unit (its env entries, which may differ only in kwargs, times the seeds)."""
+        return sum(1 for g in self.groups if (g.algo, g.env.id) == (algo, env)) * len(self.seeds)
+
+    @property
     def file_name(self) -> str:
         """Name of its study file in the run folder."""
         return f"study-{self.study.name}.toml"

@@ -1,14 +1,14 @@
 """Run the studies with every revision, interleaved, each through the revision's own ``suite run``.
 
-Each *slot* is one revision running one study of the run once, with its own command line (so the comparison
-measures the revision's code, its trial runner included; every trial runs in a fresh process as that runner does
-it), into the results database of that revision and repeat, ``<run>/<side>/r<k>/suite.db`` (trained policies
-beside it under ``models/``).
+Each *slot* is one revision running one *unit* (an algorithm on an env of one study, every seed) once, with its
+own command line (so the comparison measures the revision's code, its trial runner included; every trial runs in
+a fresh process as that runner does it), into the results database of that revision and repeat,
+``<run>/<side>/r<k>/suite.db`` (trained policies beside it under ``models/``).
 Two schedules (:func:`batches`): ``interleaved`` alternates the revisions' slots, the order flipping every repeat
 (base head, head base, base head, ...), so a linear drift of a shared machine cancels in the paired ratios;
 ``concurrent`` starts the revisions' slots of a repeat together, so each trial runs at the same moment as its twin.
 
-A slot that completed leaves a ``done-<study>`` marker; running the same command again skips those slots and, inside
+A slot that completed leaves a ``done-<unit>`` marker; running the same command again skips those slots and, inside
 an unfinished slot, ``suite run`` itself skips the trials its database already holds. Ctrl-C stops the running
 slot the way ``suite run`` stops (finished trials kept) and exits 130.
 """
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,15 +46,42 @@ class RevisionFailed(Exception):
 
 
 @dataclass(frozen=True)
+class Unit:
+    """What one ``suite run`` of a slot runs: one algorithm on one env of one study (every seed), so twins of the two
+    revisions run close together in time (a whole study per run would put minutes between them)."""
+
+    part: str
+    """Study name (the run's studies share a slot folder and database)."""
+    algo: str = ""
+    """Algorithm id ('' = every algorithm of the study)."""
+    env: str = ""
+    """Env id ('' = every env of the study)."""
+
+    def args(self) -> list[str]:
+        """``suite run`` filters selecting the unit from its study file."""
+        return (["--algo", self.algo] if self.algo else []) + (["--env", self.env] if self.env else [])
+
+    @property
+    def name(self) -> str:
+        """File-name-safe identifier: ``regression.ppo.CartPole-v1``."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", ".".join(x for x in (self.part, self.algo, self.env) if x))
+
+
+@dataclass(frozen=True)
 class Slot:
-    """One revision running one study (a part of the run) once."""
+    """One revision running one unit once."""
 
     side: str
     """``base`` or ``head``."""
     repeat: int
     """Repeat index, from 0."""
-    part: str = "study"
-    """Name of the study (the run's parts share a slot folder and database)."""
+    unit: Unit = Unit("study")
+    """What it runs."""
+
+    @property
+    def part(self) -> str:
+        """The study."""
+        return self.unit.part
 
     def folder(self, run_dir: Path) -> Path:
         """``<run>/<side>/r<repeat>``."""
@@ -64,20 +93,20 @@ class Slot:
 
     def marker(self, run_dir: Path) -> Path:
         """Written when the slot completed."""
-        return self.folder(run_dir) / f"done-{self.part}"
+        return self.folder(run_dir) / f"done-{self.unit.name}"
 
     def done(self, run_dir: Path) -> bool:
         """Whether the slot ran to completion before."""
         return self.marker(run_dir).is_file()
 
 
-def interleaved(sides: Sequence[str], repeats: int, parts: Sequence[str] = ("study",)) -> list[Slot]:
-    """Slots in run order: per repeat, per part, every side; the side order reversed every other repeat
-    (base head, head base, ...), so each part's pairs are balanced over the repeats."""
+def interleaved(sides: Sequence[str], repeats: int, units: Sequence[Unit] = (Unit("study"),)) -> list[Slot]:
+    """Slots in run order: per repeat, per unit, every side; the side order reversed every other repeat (base head,
+    head base, ...), so each unit's pairs are balanced over the repeats."""
     out: list[Slot] = []
     for r in range(repeats):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
-        out.extend(Slot(side, r, part) for part in parts for side in order)
+        out.extend(Slot(side, r, unit) for unit in units for side in order)
     return out
 
 
@@ -97,6 +126,9 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _STRIPPED_ENV}
 
 
+_BALLAST = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"
+"""Keeps one CPU busy (and ignores Ctrl-C: it is killed when its batch ends)."""
+
 SCHEDULES = ("interleaved", "concurrent")
 """How the revisions' runs are placed in time (see :func:`batches`)."""
 
@@ -105,7 +137,7 @@ def batches(slots: Sequence[Slot], schedule: str) -> list[list[Slot]]:
     """Slots grouped into what runs at the same time.
 
     ``interleaved``: one slot at a time, in :func:`interleaved` order (asv's ``continuous``). ``concurrent``: the
-    slots of every revision for the same repeat and study start together, one process each, so each trial is
+    slots of every revision for the same repeat and unit start together, one process each, so each trial is
     paired with its twin running *at the same moment*: on a shared machine the load of that moment hits both, which
     sequential runs minutes apart cannot promise (measured on the 2-core dev machine under load 6-8: per-pair spread of
     the CPU-time steps/s ratio 0.044 concurrent vs 0.15-0.22 interleaved). It needs a CPU per revision.
@@ -114,9 +146,9 @@ def batches(slots: Sequence[Slot], schedule: str) -> list[list[Slot]]:
         return [[s] for s in slots]
     if schedule != "concurrent":
         raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-    grouped: dict[tuple[int, str], list[Slot]] = {}
+    grouped: dict[tuple[int, Unit], list[Slot]] = {}
     for s in slots:
-        grouped.setdefault((s.repeat, s.part), []).append(s)
+        grouped.setdefault((s.repeat, s.unit), []).append(s)
     return list(grouped.values())
 
 
@@ -133,6 +165,16 @@ class RunningSlot:
     """Trials its database held when it started."""
     t0: float
     entry: dict[str, object]
+    seconds: float | None = None
+    """Wall time of the run, once it has ended."""
+
+    def poll(self) -> bool:
+        """Whether it is still running (records its duration when it has just ended)."""
+        if self.proc.poll() is None:
+            return True
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - self.t0
+        return False
 
     def progress(self) -> int:
         """Trials it has finished so far."""
@@ -140,13 +182,14 @@ class RunningSlot:
 
 
 def start_slot(build: Build, slot: Slot, run_dir: Path, study_file: Path, *, workers: int = 1) -> RunningSlot:
-    """Start one revision running one study once (``<venv>/bin/suite run STUDY --db ... --no-report --quiet``)."""
+    """Start one revision running one unit once (``<venv>/bin/suite run STUDY --algo A --env E --db ... --quiet``)."""
     folder = slot.folder(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     db = slot.db(run_dir)
-    argv = [str(build.suite), "run", str(study_file), "--db", str(db), "--workers", str(workers), "--no-report", "--quiet"]
-    entry: dict[str, object] = {"side": slot.side, "repeat": slot.repeat, "part": slot.part, "started_at": utc_now_iso(),
-                                "load_start": _load()}  # fmt: skip
+    argv = [str(build.suite), "run", str(study_file), *slot.unit.args(), "--db", str(db), "--workers", str(workers),
+            "--no-report", "--quiet"]  # fmt: skip
+    entry: dict[str, object] = {"side": slot.side, "repeat": slot.repeat, "part": slot.part, "algo": slot.unit.algo,
+                                "env": slot.unit.env, "started_at": utc_now_iso(), "load_start": _load()}  # fmt: skip
     log_path = folder / "suite.log"
     before = count_trials(db)
     with open(log_path, "ab") as log:
@@ -163,8 +206,9 @@ def finish_slot(running: RunningSlot) -> dict[str, object]:
     """
     proc, slot = running.proc, running.slot
     proc.wait()
-    running.entry.update({"ended_at": utc_now_iso(), "seconds": round(time.perf_counter() - running.t0, 3),
-                          "load_end": _load(), "exit_code": proc.returncode})  # fmt: skip
+    running.poll()
+    running.entry.update({"ended_at": utc_now_iso(), "seconds": round(running.seconds or 0.0, 3), "load_end": _load(),
+                          "exit_code": proc.returncode})  # fmt: skip
     if proc.returncode == 130:
         raise KeyboardInterrupt
     if proc.returncode != 0:
@@ -187,15 +231,25 @@ def run_batch(
     """Run slots together (one, or every revision's at once) and return their log entries.
 
     ``on_progress`` gets the number of trials the batch has finished so far. Ctrl-C stops every slot the way
-    ``suite run`` stops (finished trials kept) and is re-raised.
+    ``suite run`` stops (finished trials kept) and is re-raised. When slots run together, one that ends first is
+    replaced by a *ballast* process that keeps a CPU busy until the others end: otherwise the slower revision's last
+    trials would run on a quieter machine than their twins and look faster than they are.
 
     Raises:
         KeyboardInterrupt: Ctrl-C.
         RevisionFailed: a revision's ``suite run`` exited with an error (the others are stopped first).
     """
     running = [start_slot(builds[s.side], s, run_dir, study_file, workers=workers) for s in batch]
+    ballast: list[subprocess.Popen[bytes]] = []
     try:
-        while any(r.proc.poll() is None for r in running):
+        while True:
+            alive = [r.poll() for r in running]
+            if not any(alive):
+                break
+            if len(running) > 1:
+                while len(ballast) < alive.count(False) * workers:
+                    ballast.append(subprocess.Popen([sys.executable, "-c", _BALLAST], env=clean_env(),
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
             if on_progress is not None:
                 on_progress(sum(r.progress() for r in running))
             time.sleep(POLL_S)
@@ -206,6 +260,10 @@ def run_batch(
         for r in running:
             _stop(r.proc)
         raise
+    finally:
+        for proc in ballast:
+            proc.kill()
+            proc.wait()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
