@@ -101,7 +101,7 @@ def regress(opts: RegressOptions, say: Callable[[str], None] = _say) -> int:
     plans = make_plans(opts.studies, tier=opts.tier, seeds=opts.seeds, threads=opts.threads,
                        capabilities=[base_build.capabilities, head_build.capabilities])  # fmt: skip
     repeats = opts.repeats or DEFAULT_REPEATS
-    run_dir = opts.output or RUNS_DIR / f"{base.short[:8]}-{head.short[:8]}-{plans_id(plans)}"
+    run_dir = (opts.output or RUNS_DIR / f"{base.short[:8]}-{head.short[:8]}-{plans_id(plans)}").absolute()
     builds = {"base": base_build, "head": head_build}
     slots_log = _run(builds, plans, run_dir, repeats, opts, say)
     runs = _load_runs(run_dir, builds, repeats)
@@ -123,7 +123,7 @@ def _against_reference(opts: RegressOptions, repo: Path, say: Callable[[str], No
                 + ("; ".join(plan.skipped) or "the study file differs"))  # fmt: skip
     repeats = opts.repeats or ref.repeats
     key = str(ref.provenance.get("content_key"))[:8]
-    run_dir = opts.output or RUNS_DIR / f"reference-{key}-{head.short[:8]}-{plans_id(plans)}"
+    run_dir = (opts.output or RUNS_DIR / f"reference-{key}-{head.short[:8]}-{plans_id(plans)}").absolute()
     builds = {"head": head_build}
     slots_log = _run(builds, plans, run_dir, repeats, opts, say)
     runs = pd.concat([ref.runs[ref.runs["repeat"] < repeats], _load_runs(run_dir, builds, repeats)], ignore_index=True)
@@ -147,7 +147,7 @@ def _write_reference(opts: RegressOptions, repo: Path, say: Callable[[str], None
     plans = make_plans(opts.studies, tier=opts.tier, seeds=opts.seeds, threads=opts.threads,
                        capabilities=[build.capabilities])  # fmt: skip
     repeats = opts.repeats or DEFAULT_REPEATS
-    run_dir = opts.output or RUNS_DIR / f"reference-build-{rev.short[:8]}-{plans_id(plans)}"
+    run_dir = (opts.output or RUNS_DIR / f"reference-build-{rev.short[:8]}-{plans_id(plans)}").absolute()
     builds = {"base": build}
     _run(builds, plans, run_dir, repeats, opts, say)
     runs = _load_runs(run_dir, builds, repeats)
@@ -200,7 +200,8 @@ def default_schedule(workers: int = 1) -> str:
 
 
 def _builder(opts: RegressOptions, repo: Path, say: Callable[[str], None]) -> Builder:
-    return Builder(repo, default_cache_dir(opts.cache), deps_env=opts.deps_env, log=lambda line: say(f"  {line}"))
+    deps_env = opts.deps_env.absolute() if opts.deps_env else None
+    return Builder(repo, default_cache_dir(opts.cache).absolute(), deps_env=deps_env, log=lambda line: say(f"  {line}"))
 
 
 def _build(builder: Builder, rev: Revision, side: str, say: Callable[[str], None]) -> Build:
