@@ -35,9 +35,10 @@ EXPECTED = {"same": None, "slow-update": "slower", "flipped-loss": "worse", "obs
 """What the gate must say about each plant (None: pass)."""
 
 
-def run_gate(repo: Path, head: str, out: Path, cache: Path, deps_env: Path | None, extra: list[str]) -> dict:
-    argv = [sys.executable, "-m", "suite.cli", "regress", "base", head, "-o", str(out), "--cache", str(cache),
-            "--quiet", "--no-report", *extra]  # fmt: skip
+def run_gate(repo: Path, head: str, out: Path, cache: Path | None, deps_env: Path | None, extra: list[str]) -> dict:
+    argv = [sys.executable, "-m", "suite.cli", "regress", "base", head, "-o", str(out), "--quiet", "--no-report", *extra]
+    if cache is not None:
+        argv += ["--cache", str(cache)]
     if deps_env is not None:
         argv += ["--deps-env", str(deps_env)]
     load0, t0 = os.getloadavg()[0], time.perf_counter()
@@ -65,6 +66,9 @@ def main() -> int:
     parser.add_argument("--plants", default=",".join(EXPECTED), help="comma-separated: same,slow-update,flipped-loss,obs-copy")
     parser.add_argument("--deps-env", type=Path, help="environment with the dependencies (default: build one per hash)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "regress-targets")
+    parser.add_argument(
+        "--cache", type=Path, help="build cache (default: suite regress's own, $SUITE_CACHE or ~/.cache/rl-suite)"
+    )
     parser.add_argument("--gate-arg", action="append", default=[], help="extra argument for suite regress (repeatable)")
     args = parser.parse_args()
     plants = [p.strip() for p in args.plants.split(",") if p.strip()]
@@ -75,7 +79,7 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="regress-targets-") as tmp:
         repo = make_planted_repo(REPO, Path(tmp) / "repo")
-        cache = args.out / "cache"
+        cache = args.cache
         for run in range(args.runs):
             for plant in plants:
                 res = run_gate(repo, plant, args.out / f"run{run}-{plant}", cache, args.deps_env, args.gate_arg)

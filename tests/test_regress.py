@@ -536,10 +536,11 @@ def test_a_trial_records_cpu_seconds_per_phase_and_the_runs_frame_reads_them():
     assert row["time:update"] == phases["update"]["time_s"]
 
 
-def test_a_reference_run_is_written_and_compared_against_smoke(planted, capsys):
+def test_a_reference_run_is_written_and_compared_against_smoke(planted, monkeypatch):
     from suite.regress import RegressOptions, regress
 
     repo, root = planted
+    monkeypatch.chdir(root)  # relative run folders work (each revision's suite runs in its slot folder)
     ref = root / "reference"
     common = {"repo": repo, "cache": root / "cache", "deps_env": Path(sys.prefix), "report": False, "quiet": True}
     smoke = [str(root / "smoke.toml")]
@@ -549,7 +550,7 @@ def test_a_reference_run_is_written_and_compared_against_smoke(planted, capsys):
     assert provenance["commit"] == plant_git(repo, "rev-parse", "base") and provenance["studies"] == ["regress-smoke"]
     assert provenance["command"] == "suite regress --write-reference" and provenance["repeats"] == 1
     assert sum(f.stat().st_size for f in ref.rglob("*") if f.is_file()) < 64 * 1024  # small enough to commit
-    code = regress(RegressOptions(base="same", against_reference=True, reference=ref, output=root / "against", **common),
+    code = regress(RegressOptions(base="same", against_reference=True, reference=ref, output=Path("against"), **common),
                    say=lambda line: None)  # fmt: skip
     (v,) = pd.read_csv(root / "against" / "verdicts.csv").to_dict("records")
     assert code == 0 and v["returns"] == "identical" and v["speed_verdict"] in ("info", "n/a")
