@@ -71,6 +71,7 @@ def main() -> int:
     )
     parser.add_argument("--gate-arg", action="append", default=[], help="extra argument for suite regress (repeatable)")
     args = parser.parse_args()
+    args.out = args.out.absolute()  # the gate runs in the throwaway repository
     plants = [p.strip() for p in args.plants.split(",") if p.strip()]
     unknown = sorted(set(plants) - set(EXPECTED))
     if unknown:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,8 +84,26 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+EXIT_TERMINATED = 143
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(EXIT_TERMINATED)  # unwinds like Ctrl-C: the revisions' runs are stopped, finished trials kept
+
+
 def regress(opts: RegressOptions, say: Callable[[str], None] = _say) -> int:
-    """Run ``suite regress`` (see the module docstring); return the exit code."""
+    """Run ``suite regress`` (see the module docstring); return the exit code. SIGTERM (in the main thread) stops the
+    revisions' runs and exits 143, keeping what finished, like Ctrl-C (130)."""
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return _regress(opts, say)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _regress(opts, say)
+
+
+def _regress(opts: RegressOptions, say: Callable[[str], None]) -> int:
     _validate(opts)
     repo = repo_root(opts.repo or Path.cwd())
     if opts.write_reference:
@@ -256,7 +276,7 @@ def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats
             study_file = run_dir / by_name[first.part].file_name
             log.extend(run_batch(builds, batch, run_dir, study_file, workers=opts.workers, on_progress=progress))
             progress(n)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         bar.close()
         say(f"suite: interrupted; finished trials are kept in {run_dir}. Run the same command again to resume.")
         raise

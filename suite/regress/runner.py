@@ -266,15 +266,21 @@ def run_batch(
             proc.wait()
 
 
+STOP_TIMEOUT_S = 30.0
+"""How long a revision's ``suite run`` gets to stop after SIGINT before SIGTERM, and again before SIGKILL."""
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Let a revision's ``suite run`` stop as on Ctrl-C (it saves what finished), then make sure it is gone."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # it may have had one already (same process group): a second is harmless
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """Let a revision's ``suite run`` stop as on Ctrl-C (it saves what finished), then make sure it is gone (a process
+    started in the background by a non-interactive shell ignores SIGINT: SIGTERM, then SIGKILL, follow)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        proc.send_signal(sig)  # SIGINT may have reached it already (same process group): a second is harmless
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _last_error(log_path: Path) -> str:
