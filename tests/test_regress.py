@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -555,3 +559,25 @@ def test_a_reference_run_is_written_and_compared_against_smoke(planted, monkeypa
     (v,) = pd.read_csv(root / "against" / "verdicts.csv").to_dict("records")
     assert code == 0 and v["returns"] == "identical" and v["speed_verdict"] in ("info", "n/a")
     assert "Not gating here" in (root / "against" / "regression.md").read_text()
+
+
+def test_ctrl_c_stops_the_gate_and_the_same_command_resumes_smoke(planted):
+    repo, root = planted
+    out = root / "interrupted"
+    argv = [sys.executable, "-m", "suite.cli", "regress", "base", "same", "--study", str(root / "smoke.toml"), "--repeats",
+            "2", "--schedule", "interleaved", "--deps-env", sys.prefix, "--cache", str(root / "cache"), "-o", str(out),
+            "--quiet", "--no-report"]  # fmt: skip
+    # its own session: Ctrl-C goes to the gate and the revisions' runs (its process group), not to pytest
+    proc = subprocess.Popen(argv, cwd=repo, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not list(out.glob("base/r0/done-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # a condition, not a fixed wait: the first run has finished
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Run the same command again to resume" in err and "Traceback" not in err
+    done_before = len(list(out.glob("*/r*/done-*")))
+    assert 1 <= done_before < 4
+    again = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr
+    assert f"{done_before} already done" in again.stderr and len(list(out.glob("*/r*/done-*"))) == 4
