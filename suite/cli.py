@@ -1,7 +1,8 @@
 """The ``suite`` command line.
 
-Every user mistake ends in one ``suite: error: ...`` line on stderr and exit code 2 (never a traceback);
-an interrupted run exits 130 after saying how many trials were saved.
+Every user mistake ends in one ``suite: error: ...`` line on stderr and exit code 2 (never a traceback).
+SIGINT (Ctrl-C) and SIGTERM end any command with one ``suite: interrupted ...`` line and exit code 130 / 143
+(128 + the signal number); an interrupted run says how many trials were saved and loses none of them.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from suite.errors import UserError
+from suite.interrupts import Interrupted, raising_interrupts
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -32,12 +35,48 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results database (default: $SUITE_DB or results/suite.db)")
 
 
+def _add_memory_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--memory-profile", choices=("off", "rss", "full"), default="rss",
+        help="memory per phase in every trial record: off, rss (resident peak and growth; default) or full "
+        "(plus tracked allocations, memray; slower)",
+    )  # fmt: skip
+
+
+def _add_exec(p: argparse.ArgumentParser) -> None:
+    """Executor options shared by ``run`` and ``reproduce``."""
+    p.add_argument("--executor", default="local", help="local (processes on this machine, default) or ray")
+    p.add_argument("--address", help="Ray cluster to use (e.g. ray://head:10001 or auto); default: start Ray here")
+    p.add_argument("--trial-gpus", type=float, default=0.0, metavar="N", help="GPUs Ray reserves per trial (default 0)")
+    p.add_argument(
+        "--max-retries", type=int, default=1, metavar="N",
+        help="start a trial again up to N times when the machine made it fail: worker died, OOM kill, timeout (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--trial-timeout", type=float, metavar="SECONDS",
+        help="end a trial that runs longer (failed, reason timeout); 0: no limit; default: 300 s + budget / 5 steps/s",
+    )  # fmt: skip
+    p.add_argument(
+        "--retry-failed", nargs="?", const="env", choices=["env", "all"],
+        help="run the study's recorded failures again: env (machine causes, the default) or all",
+    )  # fmt: skip
+    p.add_argument("--yes", action="store_true", help=f"start a run of more than {1000:,} trials without asking")
+
+
+def _add_plugin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin", action="append", metavar="FILE.py|MODULE",
+        help="load an algorithm/env plugin first (repeatable); installed plugin packages load by themselves",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="suite", description="Seeded, recorded, resumable RL benchmark trials and their reports.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     p = sub.add_parser("list", help="algorithms, environments and studies")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_plugin(p)
 
     p = sub.add_parser("run", help="run a study (default: the 'default' study) or an ad-hoc selection")
     p.add_argument("study", nargs="?", help="study name (see 'suite list') or path to a study TOML")
@@ -48,12 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="step budget per trial (overrides the tier)")
     p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper")
     p.add_argument("--set", action="append", metavar="[ALGO:]KEY=VALUE", help="hyperparameter override (TOML value)")
-    p.add_argument("--workers", type=int, help="parallel trial processes (default: one per core)")
+    p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--threads", type=int, help="torch threads per trial (default 1; recorded)")
     p.add_argument("--no-save-models", action="store_true", help="do not save trained policies")
     p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
+    _add_plugin(p)
+    _add_exec(p)
+    _add_memory_profile(p)
     _add_db(p)
 
     p = sub.add_parser("status", help="what the results database holds")
@@ -64,19 +106,79 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="FILE.csv or FILE.parquet")
     _add_db(p)
 
-    p = sub.add_parser("report", help="tables, plots and LaTeX for a study (default: the 'default' study)")
-    p.add_argument("study", nargs="?", help="study name as recorded in the database (default: default)")
+    p = sub.add_parser("report", help="tables, plots and LaTeX for a study (default: the database's only study, or 'default')")
+    p.add_argument("study", nargs="?", help="study name as recorded in the database (default: its only study, or default)")
     p.add_argument("-o", "--output", help="output folder (default: reports/<study>/)")
     p.add_argument("--reps", type=int, help="bootstrap resamples for confidence intervals")
+    _add_plugin(p)
+    _add_db(p)
+
+    p = sub.add_parser("reproduce", help="check a published claim set: run its missing trials, a verdict per cell")
+    p.add_argument("claimset", help="claim set name (see 'suite list') or path to a claim-set TOML")
+    p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget)")
+    p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7 (default: the set's; fewer seeds stay inconclusive)")
+    p.add_argument("-o", "--output", help="output folder (default: reports/claims/<set>/)")
+    p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
+    p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_exec(p)
+    _add_plugin(p)
     _add_db(p)
 
     p = sub.add_parser("evaluate", help="re-evaluate a saved policy without retraining")
     p.add_argument("model", help="path of a saved policy (.pt)")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="trial seed whose evaluation seeds are used")
+    _add_plugin(p)
 
+    p = sub.add_parser("profile", help="profile a training slice: speed per part of the loop, memory per phase")
+    profilers = p.add_subparsers(dest="profiler", parser_class=_Parser, metavar="PROFILER")
+    _add_profile_speed(profilers)
+    _add_profile_memory(profilers)
     _add_regress_parser(sub)
     return parser
+
+
+def _add_profile_speed(profilers: Any) -> None:
+    p = profilers.add_parser(
+        "speed", help="time per part of the loop (env step, inference, storage, forward, backward, optimiser...), "
+        "the env and network limit for the same work, the top functions"
+    )  # fmt: skip
+    p.add_argument("--algo", required=True, help="algorithm id")
+    p.add_argument("--env", required=True, help="env id")
+    p.add_argument("--steps", type=int, help="training slice (default: 20,480; 3,072 on Atari)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="hyperparameter override (TOML value)")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env option, e.g. target=12345")
+    p.add_argument("--seed", type=int, default=0, help="trial seed (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--top", type=int, default=15, help="functions to list from cProfile (default 15; 0 = skip it)")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="cpu (default): this process's CPU time, robust on a shared machine; wall: elapsed time")  # fmt: skip
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    _add_plugin(p)
+
+
+def _add_profile_memory(profilers: Any) -> None:
+    p = profilers.add_parser(
+        "memory", help="peak RSS and tracked allocations per phase, each --toggle on and off, side by side"
+    )
+    p.add_argument("--algo", required=True, help="algorithm id")
+    p.add_argument("--env", required=True, help="env id")
+    p.add_argument("--toggle", action="append", metavar="NAME=VALUE", help="a config field to compare against the "
+                   "baseline (repeatable; each alone, then all together)")  # fmt: skip
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="baseline hyperparameter override (TOML value)")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env option, e.g. target=12345")
+    p.add_argument("--steps", type=int, help="training slice per run (default: 3,072, or 2 rollouts if more)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per variant, each in a fresh process (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="trial seed (default 0)")
+    p.add_argument("--mode", choices=("rss", "full"), default="full",
+                   help="full (default): RSS and memray's tracked allocations; rss: RSS only, faster")  # fmt: skip
+    p.add_argument("--eval-episodes", type=int, default=2, help="episodes of the one evaluation at the end (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--flamegraph", metavar="DIR", help="also write memray's flame graph (HTML) of every run to DIR")
+    p.add_argument("-o", "--output", help="report folder (default: reports/profile-memory/<algo>_<env>/)")
+    p.add_argument("--fresh", action="store_true", help="discard runs saved by an earlier call instead of resuming")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _add_regress_parser(sub: Any) -> None:
@@ -128,10 +230,11 @@ def _add_regress_parser(sub: Any) -> None:
 # -- commands ----------------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
     from suite.envs import list_envs
+    from suite.plugins import loaded_plugins
     from suite.registry import list_algorithms
     from suite.study import list_studies
 
-    algos = [
+    algos: list[dict[str, Any]] = [
         {
             "id": a.id,
             "version": a.version,
@@ -140,6 +243,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             "summary": a.summary,
             "reference": a.reference,
             "aliases": list(a.aliases),
+            "plugin": a.plugin,
+            "plugin_version": a.plugin_version,
         }
         for a in list_algorithms()
     ]
@@ -147,20 +252,77 @@ def cmd_list(args: argparse.Namespace) -> int:
         {"id": e.id, "family": e.family, "action_space": e.action_space, "observation": e.observation} for e in list_envs()
     ]
     studies = list_studies()
+    claim_sets = _claim_sets()
+    plugins: list[dict[str, Any]] = [
+        {**p.as_dict(), "algorithms": list(p.algorithms), "envs": list(p.envs)} for p in loaded_plugins()
+    ]
     if args.json:
-        print(json.dumps({"algorithms": algos, "envs": envs, "studies": studies}, indent=2))
+        out = {"algorithms": algos, "envs": envs, "studies": studies, "claim_sets": claim_sets, "plugins": plugins}
+        print(json.dumps(out, indent=2))
         return 0
     print("Algorithms:")
     for a in algos:
         alias = f" (aliases: {', '.join(a['aliases'])})" if a["aliases"] else ""
-        print(f"  {a['id']:<20} v{a['version']:<7} {'/'.join(a['action_spaces']):<14} {a['summary']}{alias}")
+        origin = f" [plugin {a['plugin']} {a['plugin_version'] or ''}]".replace(" ]", "]") if a["plugin"] else ""
+        print(f"  {a['id']:<20} v{a['version']:<7} {'/'.join(a['action_spaces']):<14} {a['summary']}{alias}{origin}")
         print(f"  {'':<20} {'':<8} {'':<14} ref: {a['reference']}")
     print("Environments:")
     for e in envs:
         print(f"  {e['id']:<16} {e['family']:<8} {e['action_space']:<9} {e['observation']}")
+    print("  and any registered gymnasium id (e.g. Acrobot-v1): spaces, episode limit and family inferred")
     print("Studies:")
     for s in studies:
         print(f"  {s}")
+    print("Claim sets (suite reproduce NAME):")
+    for c in claim_sets:
+        stand_in = " [stand-in]" if c["stand_in"] else ""
+        print(f"  {c['name']:<24} {c['cells']:>3} cells  {c['title']}{stand_in}")
+    if plugins:
+        print("Plugins:")
+        for p in plugins:
+            provides = ", ".join(p["algorithms"] + p["envs"]) or "nothing"
+            print(f"  {p['name']} {p['version'] or ''} ({p['kind']}: {p['source']}): {provides}")
+    return 0
+
+
+def _claim_sets() -> list[dict[str, Any]]:
+    from suite.claims import list_claim_sets, load_claim_set
+
+    out = []
+    for name in list_claim_sets():
+        claims = load_claim_set(name)
+        out.append({"name": name, "title": claims.title, "source": claims.source, "cells": len(claims.cells),
+                    "stand_in": bool(claims.stand_in)})  # fmt: skip
+    return out
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from suite.claims import load_claim_set
+    from suite.claims.reproduce import reproduce
+    from suite.store import default_db_path
+    from suite.study import parse_seeds
+
+    options = _exec_options(args, on_finish=None)
+    options.check()
+    claims = load_claim_set(args.claimset)
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
+    words = ["suite", "reproduce", args.claimset]
+    for flag, value in (("--tier", args.tier), ("--seeds", args.seeds), ("--db", args.db), ("-o", args.output)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--no-run"] if args.no_run else []
+    _, summary = reproduce(
+        claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
+        run=not args.no_run, command=shlex.join(words),
+    )  # fmt: skip
+    if summary is not None and summary.interrupted:
+        print(
+            f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials were saved. "
+            "Run the same command again to complete the rest.",
+            file=sys.stderr,
+        )
+        return summary.exit_code
     return 0
 
 
@@ -176,19 +338,36 @@ def _parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _exec_options(args: argparse.Namespace, on_finish: Any) -> Any:
+    from suite.executors import ExecOptions
+
+    return ExecOptions(
+        executor=args.executor, workers=args.workers, address=args.address, trial_gpus=args.trial_gpus,
+        max_retries=args.max_retries, trial_timeout=args.trial_timeout, retry_failed=args.retry_failed,
+        save_models=not getattr(args, "no_save_models", False), show_progress=not args.quiet, assume_yes=args.yes,
+        on_finish=on_finish,
+    )  # fmt: skip
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from suite.executor import run_trials
-    from suite.store import ResultsStore, default_db_path
+    from suite.executors import LARGE_RUN_TRIALS, confirm_plan, execute, make_plan
+    from suite.executors.common import worker_count
+    from suite.store import default_db_path
     from suite.study import load_study, parse_seeds, parse_study
 
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be >= 1, got {args.steps}")
+    db_path = default_db_path(args.db)
+    options = _exec_options(args, on_finish=lambda rec: _print_finished(rec, args.tensorboard))
+    options.check()
+    if options.executor == "local":
+        from suite.executors.local import start_forkserver
+
+        start_forkserver()  # it imports torch while this process resolves the trials
     if args.study is None and args.env:
-        study = parse_study({"name": "adhoc", "envs": args.env, "algos": args.algo or ["*"]})
+        study = parse_study({"name": "adhoc", "envs": args.env, "algos": args.algo or ["*"]}, plugins=args.plugin or ())
     else:
-        study = load_study(args.study or "default")
+        study = load_study(args.study or "default", plugins=args.plugin or ())
     seeds = parse_seeds(args.seeds) if args.seeds else None
     overrides = _parse_overrides(args.set)
     specs = study.trials(
@@ -204,54 +383,50 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"--env-arg expects key=value, got {item!r}")
             env_kwargs[key.strip()] = value.strip().strip('"')
         specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_kwargs}) for s in specs]
+    specs = [dataclasses.replace(s, memory_profile=args.memory_profile) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
+    if len(specs) > LARGE_RUN_TRIALS and not args.yes:
+        # Before resolving (about 2 ms a trial): a mistyped --seeds 0-100000 is questioned at once.
+        confirm_plan(make_plan(specs, recorded=None, db_path=db_path, workers=worker_count(options.workers)), assume_yes=False)
+        options = dataclasses.replace(options, assume_yes=True)
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
-    db_path = default_db_path(args.db)
-    with ResultsStore(db_path) as store:
-        store.add_to_study(study.name, [r.key for r in resolved], tier="custom" if args.steps else args.tier or study.tier)
-        done = store.finished_keys()
-        todo = [r for r in resolved if r.key not in done]
-        tier = args.tier or study.tier
-        print(
-            f"study {study.name!r} ({tier} tier): {len(resolved)} trials, {len(resolved) - len(todo)} already in "
-            f"{db_path}, {len(todo)} to run",
-            file=sys.stderr,
-        )
-
-        def on_finish(rec: dict[str, Any]) -> None:
-            from tqdm import tqdm
-
-            if args.tensorboard:
-                from suite.report import write_tensorboard
-
-                write_tensorboard(rec, Path(args.tensorboard))
-
-            score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
-            tqdm.write(
-                f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
-                f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s"
-                + (f"  [{rec['error']}]" if rec["error"] else ""),
-                file=sys.stderr,
-            )
-
-        models_dir = None if args.no_save_models else db_path.parent / "models"
-        summary = run_trials(
-            resolved, save=store.save_trial, workers=args.workers, models_dir=models_dir, done_keys=done,
-            show_progress=not args.quiet, on_finish=on_finish,
-        )  # fmt: skip
-        keys = [r.key for r in resolved]
-        print_summary(store, keys)
+    tier = "custom" if args.steps else args.tier or study.tier
+    summary = execute(resolved, db_path=db_path, study=study.name, tier=tier, options=options)
     if summary.interrupted:
         print(
-            f"suite: interrupted; {len(summary.finished)} finished trials were saved to {db_path}. "
-            "Run the same command again to complete the rest.",
+            f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials saved to "
+            f"{db_path}, {summary.not_run} not run (run the same command again to run them)",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return summary.exit_code
     if not args.no_report:
         _maybe_report(study.name, db_path)
     return 0
+
+
+def _signal_name(signum: int | None) -> str:
+    import signal
+
+    return signal.Signals(signum).name if signum else "a signal"
+
+
+def _print_finished(rec: dict[str, Any], tensorboard: str | None) -> None:
+    """The line printed for each saved trial (and its TensorBoard files when asked)."""
+    from tqdm import tqdm
+
+    if tensorboard:
+        from suite.report import write_tensorboard
+
+        write_tensorboard(rec, Path(tensorboard))
+    score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
+    attempts = f", attempt {rec['attempts']}" if (rec.get("attempts") or 1) > 1 else ""
+    tqdm.write(
+        f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
+        f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s{attempts}"
+        + (f"  [{rec['error']}]" if rec["error"] else ""),
+        file=sys.stderr,
+    )
 
 
 def _maybe_report(study: str, db_path: Path) -> None:
@@ -275,32 +450,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.reps is not None and args.reps < 10:
         raise UserError(f"--reps must be >= 10, got {args.reps}")
     kwargs = {"reps": args.reps} if args.reps else {}
-    out = write_report(study=args.study or "default", db=path, out_dir=Path(args.output) if args.output else None, **kwargs)
+    study = args.study or _only_study(path)
+    out = write_report(study=study, db=path, out_dir=Path(args.output) if args.output else None, **kwargs)
     print(f"report written to {out}")
     return 0
 
 
-def print_summary(store: Any, keys: Sequence[str]) -> None:
-    """One line per (algo, env): trials by status, final evaluation mean and std over seeds, steps/s."""
-    df = store.trials()
-    df = df[df["key"].isin(set(keys))]
-    if df.empty:
-        return
-    rows = []
-    for (algo, env), g in df.groupby(["algo", "env_label"], sort=True):
-        ok = g[g["status"] == "ok"]
-        scores = ok["final_eval_mean"].dropna()
-        rows.append(
-            (
-                algo, env, len(g), len(ok), int((g["status"] == "failed").sum()), int((g["status"] == "diverged").sum()),
-                f"{scores.mean():.2f} ± {scores.std(ddof=0):.2f}" if len(scores) else "-",
-                f"{ok['steps_per_second'].mean():.0f}" if len(ok) else "-",
-            )
-        )  # fmt: skip
-    header = ("algo", "env", "trials", "ok", "failed", "diverged", "final eval (mean ± sd over seeds)", "steps/s")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+def _only_study(path: Path) -> str:
+    """The study a bare ``suite report`` means: the database's only study, else ``default`` if it has one."""
+    from suite.store import ResultsStore
+
+    with ResultsStore(path, create=False) as store:
+        studies = store.studies()
+    if len(studies) == 1 or "default" not in studies:
+        if len(studies) > 1:
+            raise UserError(f"{path} holds several studies ({', '.join(studies)}); name one: suite report STUDY")
+        return studies[0] if studies else "default"
+    return "default"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -316,6 +482,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 0
         print(f"{path}:")
         print(summary.to_string(index=False))
+        failures = store.failure_summary()
+        if not failures.empty:
+            print("\nnot ok, by cause (retried: took more than one attempt):")
+            print(failures.fillna("-").to_string(index=False))
+        runs = store.active_runs()
+        for run in runs.itertuples(index=False):
+            since = f"pid {run.pid} on {run.host} since {run.started_at}"
+            print(f"\nrunning now: {since}, {run.claimed} trials in progress: {run.command}")
     return 0
 
 
@@ -370,34 +544,126 @@ def cmd_regress(args: argparse.Namespace) -> int:
         return 1
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    if args.profiler is None:
+        raise UserError(f"suite profile needs a profiler: {', '.join(PROFILERS)} (see 'suite profile --help')")
+    return PROFILERS[args.profiler](args)
+
+
+def _env_kwargs(items: list[str] | None) -> dict[str, Any]:
+    # Env options are text (a TextMatch target "12345" must stay a string), as for `suite run --env-arg`.
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--env-arg expects key=value, got {item!r}")
+        out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def cmd_profile_speed(args: argparse.Namespace) -> int:
+    from suite.config import parse_assignments
+    from suite.profile import speed
+
+    if args.top < 0:
+        raise UserError(f"--top must be >= 0, got {args.top}")
+    if args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    prof = speed.profile_speed(
+        args.algo, args.env, steps=args.steps, overrides=parse_assignments(args.set), env_kwargs=_env_kwargs(args.env_arg),
+        seed=args.seed, threads=args.threads, top=args.top, with_cprofile=args.top > 0, clock=args.clock,
+    )  # fmt: skip
+    print(speed.format_speed_profile(prof))
+    if args.json:
+        speed.write_json(prof, Path(args.json))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def cmd_profile_memory(args: argparse.Namespace) -> int:
+    from suite.config import parse_assignments
+    from suite.profile import memory as pm
+    from suite.report.memory import write_profile_report
+
+    plan = pm.plan_profile(
+        args.algo, args.env, toggles=args.toggle, overrides=parse_assignments(args.set), env_kwargs=_env_kwargs(args.env_arg),
+        steps=args.steps, repeats=args.repeats, seed=args.seed, mode="full" if args.flamegraph else args.mode,
+        n_eval_episodes=args.eval_episodes, threads=args.threads,
+    )  # fmt: skip
+    out = Path(args.output) if args.output else pm.default_output_dir(plan.algo, plan.env_label)
+    print(
+        f"profiling {plan.algo} on {plan.env_label}: {len(plan.variants)} variant(s) x {plan.repeats} repeat(s) of "
+        f"{plan.steps:,} steps, mode {plan.mode}",
+        file=sys.stderr,
+    )
+    try:
+        runs = pm.run_profile(
+            plan, out, flamegraph_dir=Path(args.flamegraph) if args.flamegraph else None, fresh=args.fresh,
+            show_progress=not args.quiet,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"suite: interrupted; finished runs are saved in {out / pm.RUNS_FILE}. Run the same command again to "
+              "complete the rest.", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
+    summary = pm.summarise(runs, plan)
+    print(pm.format_profile(summary, plan, runs))
+    index = write_profile_report(plan, runs, summary, out)
+    print(f"report written to {index}", file=sys.stderr)
+    return 0
+
+
+PROFILERS = {"speed": cmd_profile_speed, "memory": cmd_profile_memory}
+"""``suite profile NAME``: one function per profiler."""
+
 COMMANDS = {
     "list": cmd_list,
     "run": cmd_run,
     "status": cmd_status,
     "export": cmd_export,
     "report": cmd_report,
+    "reproduce": cmd_reproduce,
     "evaluate": cmd_evaluate,
+    "profile": cmd_profile,
     "regress": cmd_regress,
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one command; returns the exit code (0, 2 for a user mistake, 128 + signal when interrupted).
+
+    ``exiting``: the process ends right after (see :func:`console_main`): SIGINT/SIGTERM are ignored once the command
+    has returned, instead of getting their previous handlers back.
+    """
+    with raising_interrupts(then_ignore=exiting):
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return EXIT_USAGE
+            if getattr(args, "plugin", None):
+                from suite.plugins import load_plugins
+
+                load_plugins(args.plugin)  # before anything resolves an algorithm; a broken plugin stops here
+            return COMMANDS[args.command](args)
+        except UserError as exc:
+            print(f"suite: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return COMMANDS[args.command](args)
-    except UserError as exc:
-        print(f"suite: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("suite: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        os._exit(0)
+        except Interrupted as exc:
+            print(f"suite: interrupted by {exc}; nothing was lost", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:  # a SIGINT before the handlers were installed
+            print("suite: interrupted by SIGINT; nothing was lost", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            os._exit(0)
+
+
+def console_main() -> None:
+    """The ``suite`` command: run :func:`main` and exit with its code. A signal that arrives after the command is
+    done (the process is exiting) is ignored, so the exit status is the command's, never a death by signal."""
+    sys.exit(main(exiting=True))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -1,10 +1,13 @@
 """The suite's environment layer: every trial gets its (vector) envs from here.
 
-Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Every vector env
-returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
+Users name an env id and, for ``TextMatch-v0``, a few kwargs; they never assemble wrappers. Besides the five
+built-in ids, any registered gymnasium id works: its :class:`EnvSpec` is inferred (:func:`get_env_spec`), or
+registered by a plugin (:func:`register_env_spec`).
+
+Every vector env returned by :func:`make_vec_env` has the same contract, which the rollout core relies on:
 
 * ``reset(seed=int)`` seeds sub-env ``k`` with ``seed + k``; ``reset(seed=[s0, s1, ...])`` seeds each sub-env
-  explicitly (``vectorization="sync"``/``"async"``; the CartPole fast path takes int seeds only). Every seeded
+  explicitly (``vectorization="sync"``/``"async"``; CartPole's ``auto`` env takes int seeds only). Every seeded
   reset also seeds the action spaces (:func:`seed_action_spaces`), so ``envs.action_space.sample()`` is
   reproducible.
 * SAME_STEP autoreset (https://farama.org/Vector-Autoreset-Mode): when sub-env ``i`` ends at a step, row ``i``
@@ -16,6 +19,7 @@ returned by :func:`make_vec_env` has the same contract, which the rollout core r
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,14 +60,35 @@ def _register_textmatch() -> None:
 _register_textmatch()
 
 
+FAMILIES = ("classic", "box2d", "atari", "mujoco", "text", "toy_text", "other")
+"""Env families. ``atari`` selects the suite's Atari pipeline (:func:`make_single_env`); the others build the env
+with ``gym.make`` as registered."""
+
+# Module prefixes of gymnasium entry points -> family (an inferred spec's family; "other" when none matches).
+_FAMILY_OF_MODULE = (
+    ("gymnasium.envs.classic_control", "classic"),
+    ("gymnasium.envs.box2d", "box2d"),
+    ("gymnasium.envs.mujoco", "mujoco"),
+    ("gymnasium.envs.toy_text", "toy_text"),
+    ("ale_py", "atari"),
+    ("suite.textmatch", "text"),
+)
+
+
 @dataclass(frozen=True)
 class EnvSpec:
-    """What the suite knows about one environment id (static; kwargs are resolved by :func:`resolve_env_kwargs`)."""
+    """What the suite knows about one environment id (static; kwargs are resolved by :func:`resolve_env_kwargs`).
+
+    The five built-in ids have hand-written specs; any other registered gymnasium id gets an inferred one
+    (:func:`get_env_spec`), and a plugin may register its own (:func:`register_env_spec`) to override the
+    inference or to add reference numbers and budgets. Round-trips through :meth:`as_dict` (JSON).
+    """
 
     id: str
     """Versioned gymnasium id, e.g. ``"CartPole-v1"``, ``"ALE/Pong-v5"``."""
     family: str
-    """``"classic"``, ``"box2d"``, ``"atari"``, ``"mujoco"`` or ``"text"``."""
+    """One of :data:`FAMILIES`: ``"classic"``, ``"box2d"``, ``"atari"``, ``"mujoco"``, ``"text"``, ``"toy_text"``,
+    ``"other"``."""
     action_space: str
     """``"discrete"`` or ``"box"``."""
     observation: str
@@ -72,6 +97,42 @@ class EnvSpec:
     """Agent steps per episode cap of the env itself with default kwargs (Pong: 108000 frames / 4 = 27000)."""
     default_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     """Env constructor kwargs used when the user gives none (read-only mapping)."""
+    threshold: float | None = None
+    """Sample-efficiency target in raw return, used when ``suite/data/envs.toml`` has no entry for the id
+    (inferred specs: gymnasium's ``reward_threshold``); None: no threshold."""
+    random_score: float | None = None
+    """Expected return of a uniformly random policy (normalised score 0), when ``envs.toml`` has none."""
+    reference_score: float | None = None
+    """A published trained-agent return (normalised score 1), when ``envs.toml`` has none. Without both scores
+    the env's results are reported as not normalised."""
+    references_source: str = ""
+    """Where ``threshold``, ``random_score`` and ``reference_score`` come from."""
+    budgets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """Step budget per tier (``smoke``/``quick``/``standard``/``paper``), used when neither the study nor
+    ``suite/data/tiers.toml`` gives one (read-only mapping)."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"env spec {self.id!r}: unknown family {self.family!r}; allowed: {', '.join(FAMILIES)}")
+        if self.action_space not in ("discrete", "box"):
+            raise ValueError(f"env spec {self.id!r}: action_space must be 'discrete' or 'box', got {self.action_space!r}")
+        if self.observation not in ("vector", "image"):
+            raise ValueError(f"env spec {self.id!r}: observation must be 'vector' or 'image', got {self.observation!r}")
+        if (
+            isinstance(self.max_episode_steps, bool)
+            or not isinstance(self.max_episode_steps, int)
+            or self.max_episode_steps < 1
+        ):
+            raise ValueError(f"env spec {self.id!r}: max_episode_steps must be a positive int, got {self.max_episode_steps!r}")
+        for name in ("default_kwargs", "budgets"):
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+
+    @property
+    def normalised(self) -> bool:
+        """Whether the spec gives both scores that define the normalised score."""
+        return self.random_score is not None and self.reference_score is not None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready plain dict of all fields."""
@@ -82,10 +143,24 @@ class EnvSpec:
             "observation": self.observation,
             "max_episode_steps": self.max_episode_steps,
             "default_kwargs": dict(self.default_kwargs),
+            "threshold": self.threshold,
+            "random_score": self.random_score,
+            "reference_score": self.reference_score,
+            "references_source": self.references_source,
+            "budgets": dict(self.budgets),
         }
 
 
+class DuplicateEnvSpecError(ValueError):
+    """An env spec id that is already registered (built-in or by a plugin); never overridden."""
+
+
 _SPECS: dict[str, EnvSpec] = {}
+"""The built-in specs."""
+_PLUGIN_SPECS: dict[str, tuple[EnvSpec, str | None]] = {}
+"""Specs registered by plugins (:func:`register_env_spec`), with the registering plugin's name."""
+_INFERRED: dict[str, EnvSpec] = {}
+"""Specs inferred from gymnasium's registry, cached per process."""
 
 
 def _add_spec(spec: EnvSpec) -> None:
@@ -119,21 +194,139 @@ VECTORIZATIONS = ("auto", "sync", "async")
 _AUTO_ASYNC_FAMILIES: frozenset[str] = frozenset()
 
 
+def register_env_spec(spec: EnvSpec) -> EnvSpec:
+    """Register an :class:`EnvSpec` for a gymnasium id (a plugin's own env, or one whose inferred spec should be
+    replaced: other spaces, reference scores, budgets). Called while a plugin loads, it is attributed to it.
+
+    The env itself must already be registered with gymnasium (``gymnasium.register``); when gymnasium knows an
+    episode limit for it, ``spec.max_episode_steps`` must equal it (the suite sizes buffers and caps from it).
+
+    Returns:
+        ``spec``.
+
+    Raises:
+        DuplicateEnvSpecError: the id is a built-in or already registered by a plugin (never overridden).
+        ValueError: the id is not registered with gymnasium, or the episode limit disagrees with gymnasium's.
+    """
+    from suite.plugins import current_plugin
+
+    if spec.id in _SPECS:
+        raise DuplicateEnvSpecError(f"env id {spec.id!r} is a built-in env spec; env specs are never overridden")
+    if spec.id in _PLUGIN_SPECS:
+        owner = _PLUGIN_SPECS[spec.id][1]
+        by = f"by plugin {owner!r}" if owner else "outside any plugin"
+        raise DuplicateEnvSpecError(f"env id {spec.id!r} is already registered ({by}); env specs are never overridden")
+    registered = gym.registry.get(spec.id)
+    if registered is None:
+        raise ValueError(f"env spec {spec.id!r}: no such gymnasium id; register the env with gymnasium.register first")
+    limit = registered.max_episode_steps
+    if spec.family != "atari" and limit is not None and limit != spec.max_episode_steps:
+        raise ValueError(
+            f"env spec {spec.id!r}: max_episode_steps {spec.max_episode_steps} differs from the gymnasium "
+            f"registration's {limit}"
+        )
+    plugin = current_plugin()
+    _PLUGIN_SPECS[spec.id] = (spec, plugin.name if plugin else None)
+    _INFERRED.pop(spec.id, None)
+    return spec
+
+
+def snapshot_env_specs() -> dict[str, tuple[EnvSpec, str | None]]:
+    """A copy of the plugin-registered specs (for :func:`restore_env_specs`)."""
+    return dict(_PLUGIN_SPECS)
+
+
+def restore_env_specs(state: Mapping[str, tuple[EnvSpec, str | None]]) -> None:
+    """Put back a :func:`snapshot_env_specs`: specs registered since are removed (and inferred ones forgotten)."""
+    _PLUGIN_SPECS.clear()
+    _PLUGIN_SPECS.update(state)
+    _INFERRED.clear()
+
+
 def list_envs() -> list[EnvSpec]:
-    """All supported envs, in a fixed order."""
-    return list(_SPECS.values())
+    """The built-in envs in a fixed order, then the plugin-registered ones by id. Any other registered gymnasium
+    id is usable too (:func:`get_env_spec` infers its spec) but is not listed."""
+    return list(_SPECS.values()) + [_PLUGIN_SPECS[k][0] for k in sorted(_PLUGIN_SPECS)]
 
 
 def get_env_spec(env_id: str) -> EnvSpec:
-    """The :class:`EnvSpec` of ``env_id``.
+    """The :class:`EnvSpec` of ``env_id``: built-in, else registered by a plugin, else inferred from gymnasium.
+
+    An inferred spec takes the action space (``Discrete`` -> discrete, 1-D ``Box`` -> box), observation (1- or
+    2-D ``Box`` -> vector; Atari ids -> image through the suite's Atari pipeline), episode limit
+    (``max_episode_steps``; Atari: the frame limit / 4) and family (from the entry point's module) from the env
+    and its registration, and gymnasium's ``reward_threshold`` as the sample-efficiency threshold.
 
     Raises:
-        UserError: unknown id (the message lists the allowed ids).
+        UserError: unknown id (the message lists the built-in ids and says any registered gymnasium id works),
+            or a gymnasium env the suite cannot handle (its spaces, no episode limit, it fails to build).
     """
+    if not isinstance(env_id, str):
+        raise UserError(f"an env id is a string, got {env_id!r}")
+    spec = _SPECS.get(env_id)
+    if spec is not None:
+        return spec
+    if env_id not in _PLUGIN_SPECS:
+        from suite.plugins import load_entry_points
+
+        load_entry_points()  # installed env plugins (entry-point group rl_suite.envs) may register it
+    if env_id in _PLUGIN_SPECS:
+        return _PLUGIN_SPECS[env_id][0]
+    if env_id not in _INFERRED:
+        if env_id not in gym.registry:
+            close = difflib.get_close_matches(env_id, [*_SPECS, *_PLUGIN_SPECS, *gym.registry], n=3, cutoff=0.75)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            known = ", ".join([*_SPECS, *sorted(_PLUGIN_SPECS)])
+            raise UserError(f"unknown env id {env_id!r}; allowed: {known}, or any registered gymnasium id{hint}")
+        _INFERRED[env_id] = _infer_spec(env_id)
+    return _INFERRED[env_id]
+
+
+def _family(entry_point: Any) -> str:
+    module = entry_point.partition(":")[0] if isinstance(entry_point, str) else getattr(entry_point, "__module__", "")
+    return next((family for prefix, family in _FAMILY_OF_MODULE if str(module).startswith(prefix)), "other")
+
+
+def _infer_spec(env_id: str) -> EnvSpec:
+    """Build the env once with its registered defaults and read what the suite needs from it (see get_env_spec)."""
+    registered = gym.registry[env_id]
+    family = _family(registered.entry_point)
     try:
-        return _SPECS[env_id]
-    except (KeyError, TypeError):
-        raise UserError(f"unknown env id {env_id!r}; allowed: {', '.join(_SPECS)}") from None
+        env = gym.make(env_id)
+    except Exception as exc:  # noqa: BLE001  (a missing extra, a broken env: the user's id cannot be used)
+        raise UserError(f"cannot build gymnasium env {env_id!r} to infer its spec: {type(exc).__name__}: {exc}") from None
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    unsupported = f"the suite cannot run {env_id!r}"
+    if isinstance(act_space, gym.spaces.Discrete) and int(act_space.start) == 0:
+        action = "discrete"
+    elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        action = "box"
+    else:
+        raise UserError(f"{unsupported}: action space {act_space} (supported: Discrete from 0, or a 1-D Box)")
+    if family == "atari":
+        observation = "image"  # the Atari pipeline turns frames into (4, 84, 84) uint8 stacks
+        # The pipeline makes the ALE with frameskip=1, so gymnasium's TimeLimit counts frames, like the ALE's own cap.
+        frames = [x for x in (registered.max_episode_steps, registered.kwargs.get("max_num_frames_per_episode")) if x]
+        limit = min(frames) // 4 if frames else None
+    elif isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (1, 2):
+        observation = "vector"
+        limit = registered.max_episode_steps
+    else:
+        raise UserError(f"{unsupported}: observation space {obs_space} (supported: a 1-D or 2-D Box, or Atari frames)")
+    if not limit:
+        raise UserError(
+            f"{unsupported}: its gymnasium registration has no episode limit (max_episode_steps); register it with "
+            "one, or register an EnvSpec for it in a plugin (suite.api.register_env_spec)"
+        )
+    threshold = registered.reward_threshold
+    return EnvSpec(
+        env_id, family, action, observation, int(limit),
+        threshold=None if threshold is None else float(threshold),
+        references_source=f"threshold: gymnasium {env_id} reward_threshold" if threshold is not None else "",
+    )  # fmt: skip
 
 
 def resolve_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -332,66 +525,220 @@ class SeededVectorEnv(VectorWrapper):
         return obs, reward, terminated, truncated, info
 
 
-class SameStepCartPole(SeededVectorEnv):
-    """SAME_STEP autoreset and episode statistics on gymnasium's numpy ``CartPoleVectorEnv``.
+def _per_env_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None]:
+    """SyncVectorEnv's seeding rule: an int seeds sub-env ``k`` with ``seed + k``; a list seeds each one."""
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, int | np.integer):
+        return [int(seed) + k for k in range(n)]
+    seeds = [None if s is None else int(s) for s in seed]
+    if len(seeds) != n:
+        raise ValueError(f"expected {n} seeds, got {len(seeds)}")
+    return seeds
 
-    The inner env only implements NEXT_STEP autoreset (it resets a done env on the following ``step`` and
-    returns a dummy transition). After each inner step this adapter captures the final obs of the envs that
-    ended, re-samples their state from the inner env's ``np_random`` within its reset bounds (as the inner
-    reset does), zeroes their step counters and clears ``prev_done`` so the inner env never resets by itself.
-    Everything is vectorised numpy; the info layout matches ``SyncVectorEnv`` + ``RecordEpisodeStatistics``
-    (without the wall-time field), except that ``info["final_obs"]`` is a float32 ``(n_envs, 4)`` array
-    rather than an object array. Read it through :func:`final_observations`.
+
+def _episode_info(done: np.ndarray, returns: np.ndarray, lengths: np.ndarray, final_obs: np.ndarray) -> dict[str, Any]:
+    """The info of a step where the sub-envs in ``done`` ended, in SyncVectorEnv + RecordEpisodeStatistics' layout
+    (without the wall-time field), as :func:`finished_episodes` and :func:`final_observations` read it."""
+    episode = {"r": np.where(done, returns, 0.0), "_r": done, "l": np.where(done, lengths, 0), "_l": done}
+    return {
+        "final_obs": final_obs,
+        "_final_obs": done,
+        "final_info": {"episode": episode, "_episode": done},
+        "_final_info": done,
+    }
+
+
+class SeededCartPole(VectorEnv):
+    """``n`` gymnasium ``CartPole-v1`` envs (``CartPoleEnv`` + ``TimeLimit`` + ``RecordEpisodeStatistics``) stepped
+    together in numpy with SAME_STEP autoreset; the info layout of ``SyncVectorEnv`` + ``RecordEpisodeStatistics``
+    (without the wall-time field), except that ``info["final_obs"]`` is a float32 ``(n_envs, 4)`` array (read it
+    through :func:`final_observations`).
+
+    Two seedings, each reproducing a gymnasium vector env bit for bit (same float64 dynamics, same draws; tested):
+
+    * ``per_env_seeds=True`` (``vectorization="sync"``): each sub-env has its own generator seeded like the single
+      env's (``reset(seed=s)`` seeds sub-env ``k`` with ``s + k``, or takes a list) and draws its own resets: what
+      ``SyncVectorEnv`` of ``gym.make("CartPole-v1")`` returns (evaluation, GRPO's same-seed groups), ~10x faster;
+    * ``per_env_seeds=False`` (``"auto"``): one generator for all, as gymnasium's ``CartPoleVectorEnv`` (its
+      ``vector_entry_point``) draws it, with its NEXT_STEP autoreset turned into SAME_STEP (the ended envs are
+      re-drawn within the reset bounds at the step they end); an int seed only.
     """
 
-    def __init__(self, env: VectorEnv) -> None:
-        super().__init__(env)
-        self._inner: Any = env.unwrapped  # CartPoleVectorEnv; its state arrays are edited in place
-        n = env.num_envs
-        self._returns = np.zeros(n, dtype=np.float64)
-        self._lengths = np.zeros(n, dtype=np.int64)
-        self.metadata = {**env.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+    def __init__(self, n_envs: int, max_episode_steps: int, per_env_seeds: bool = True):
+        from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+        ref = CartPoleEnv()  # the physics constants, read from the real env rather than copied
+        self.per_env_seeds = per_env_seeds
+        self._rng: np.random.Generator | None = None
+        self.num_envs = n_envs
+        self.max_episode_steps = max_episode_steps
+        self.single_observation_space = ref.observation_space
+        self.single_action_space = ref.action_space
+        self.observation_space = gym.vector.utils.batch_space(ref.observation_space, n_envs)
+        self.action_space = gym.vector.utils.batch_space(ref.action_space, n_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+        self.render_mode = None
+        self.c = ref
+        self._rngs: list[np.random.Generator | None] = [None] * n_envs
+        self.state = np.zeros((n_envs, 4), dtype=np.float64)
+        self._elapsed = np.zeros(n_envs, dtype=np.int64)
+        self._returns = np.zeros(n_envs, dtype=np.float64)
+        self._lengths = np.zeros(n_envs, dtype=np.int64)
+
+    def _reset_one(self, k: int, seed: int | None) -> None:
+        rng = self._rngs[k]
+        if seed is not None or rng is None:
+            rng, _ = gym.utils.seeding.np_random(seed)
+            self._rngs[k] = rng
+        self.state[k] = rng.uniform(low=-0.05, high=0.05, size=(4,))  # CartPoleEnv.reset
+        self._elapsed[k] = 0
+        self._returns[k] = 0.0
+        self._lengths[k] = 0
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset all envs; only an int seed (or None) is supported by the numpy CartPole."""
+        if options:
+            raise ValueError("SeededCartPole takes no reset options")
+        if self.per_env_seeds:
+            for k, s in enumerate(_per_env_seeds(seed, self.num_envs)):
+                self._reset_one(k, s)
+            return self.state.astype(np.float32), {}
         if seed is not None and not isinstance(seed, int | np.integer):
             raise UserError(
                 "CartPole-v1 with vectorization='auto' takes an int reset seed only; "
                 "use vectorization='sync' for per-env seed lists"
             )
-        obs, info = super().reset(seed=None if seed is None else int(seed), options=options)
+        if seed is not None or self._rng is None:
+            self._rng, _ = gym.utils.seeding.np_random(None if seed is None else int(seed))
+        # CartPoleVectorEnv.reset: one (4, n) draw
+        self.state = np.ascontiguousarray(self._rng.uniform(low=-0.05, high=0.05, size=(4, self.num_envs)).T)
+        self._elapsed[:] = 0
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        return obs, info
+        return self.state.astype(np.float32), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step all envs; ended rows of obs are already reset, their last obs is in ``info["final_obs"]``."""
-        obs, reward, terminated, truncated, _ = self.env.step(actions)
-        inner = self._inner
-        self._returns += reward
+        a = np.asarray(actions)
+        if a.shape != (self.num_envs,) or a.min() < 0 or a.max() > 1:
+            raise ValueError(f"CartPole actions must be {self.num_envs} values in {{0, 1}}, got {actions!r}")
+        c = self.c
+        x, x_dot, theta, theta_dot = self.state.T
+        # CartPoleEnv.step, term for term (float64), on every env at once
+        force = np.where(a == 1, c.force_mag, -c.force_mag)
+        costheta = np.cos(theta)
+        sintheta = np.sin(theta)
+        temp = (force + c.polemass_length * np.square(theta_dot) * sintheta) / c.total_mass
+        thetaacc = (c.gravity * sintheta - costheta * temp) / (
+            c.length * (4.0 / 3.0 - c.masspole * np.square(costheta) / c.total_mass)
+        )
+        xacc = temp - c.polemass_length * thetaacc * costheta / c.total_mass
+        if c.kinematics_integrator == "euler":
+            x = x + c.tau * x_dot
+            x_dot = x_dot + c.tau * xacc
+            theta = theta + c.tau * theta_dot
+            theta_dot = theta_dot + c.tau * thetaacc
+        else:  # semi-implicit euler
+            x_dot = x_dot + c.tau * xacc
+            x = x + c.tau * x_dot
+            theta_dot = theta_dot + c.tau * thetaacc
+            theta = theta + c.tau * theta_dot
+        self.state = np.stack((x, x_dot, theta, theta_dot), axis=1)
+        terminated = (
+            (x < -c.x_threshold)
+            | (x > c.x_threshold)
+            | (theta < -c.theta_threshold_radians)
+            | (theta > c.theta_threshold_radians)
+        )
+        self._elapsed += 1
+        truncated = self._elapsed >= self.max_episode_steps  # TimeLimit
+        self._returns += 1.0
         self._lengths += 1
+        obs = self.state.astype(np.float32)
+        # SyncVectorEnv's rewards are float64, CartPoleVectorEnv's float32 (1.0 either way)
+        rewards = np.ones(self.num_envs, dtype=np.float64 if self.per_env_seeds else np.float32)
         done = terminated | truncated
         info: dict[str, Any] = {}
         if done.any():
+            info = _episode_info(done, self._returns.copy(), self._lengths.copy(), obs.copy())
             idx = np.flatnonzero(done)
-            final_obs = obs.copy()  # rows of envs that did not end are their current obs (documented as arbitrary)
-            fresh = inner.np_random.uniform(low=inner.low, high=inner.high, size=(4, idx.size))
-            inner.state[:, idx] = fresh
-            inner.steps[idx] = 0
-            obs[idx] = fresh.T  # obs is a fresh float32 copy of the inner state, safe to edit
-            episode = {"r": self._returns * done, "_r": done, "l": self._lengths * done, "_l": done}
-            info = {
-                "final_obs": final_obs,
-                "_final_obs": done,
-                "final_info": {"episode": episode, "_episode": done},
-                "_final_info": done,
-            }
-            self._returns[idx] = 0.0
-            self._lengths[idx] = 0
-        inner.prev_done.fill(False)  # the inner env must never run its own NEXT_STEP reset
-        return obs, reward, terminated, truncated, info
+            if self.per_env_seeds:
+                for k in idx:
+                    self._reset_one(int(k), None)
+            else:
+                assert self._rng is not None
+                self.state[idx] = self._rng.uniform(low=-0.05, high=0.05, size=(4, idx.size)).T
+                self._elapsed[idx] = 0
+                self._returns[idx] = 0.0
+                self._lengths[idx] = 0
+            obs[idx] = self.state[idx].astype(np.float32)
+        return obs, rewards, terminated, truncated, info
+
+
+class VectorTextMatch(VectorEnv):
+    """``n`` ``TextMatch-v0`` envs (+ ``RecordEpisodeStatistics``, optional ``TimeLimit``) in numpy: what
+    ``SyncVectorEnv`` of them returns, values and info layout (incl. ``info["text"]``), without a Python env per
+    sub-env (tested against it)."""
+
+    def __init__(self, n_envs: int, language: str, target: str, max_episode_steps: int | None):
+        from suite.textmatch import MATCH_REWARD, MISMATCH_REWARD
+
+        ref = TextMatchEnv(language, target)
+        self.num_envs = n_envs
+        self.target, self.charset = ref.target, ref.charset
+        self.match, self.mismatch = MATCH_REWARD, MISMATCH_REWARD
+        self.limit = len(ref.target) if max_episode_steps is None else min(max_episode_steps, len(ref.target))
+        self._codes = np.array([ref.charset.index(ch) for ch in ref.target], dtype=np.int64)
+        self.single_observation_space = ref.observation_space
+        self.single_action_space = ref.action_space
+        self.observation_space = gym.vector.utils.batch_space(ref.observation_space, n_envs)
+        self.action_space = gym.vector.utils.batch_space(ref.action_space, n_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+        self.render_mode = None
+        self._pos = np.zeros(n_envs, dtype=np.int64)
+        self._text = [""] * n_envs
+        self._returns = np.zeros(n_envs, dtype=np.float64)
+
+    def _obs(self) -> np.ndarray:
+        return (self._pos / len(self.target)).astype(np.float32).reshape(-1, 1)
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        _per_env_seeds(seed, self.num_envs)  # validates; the env is deterministic
+        self._pos[:] = 0
+        self._text = [""] * self.num_envs
+        self._returns[:] = 0.0
+        texts = np.array(self._text, dtype=object)
+        return self._obs(), {"text": texts, "_text": np.ones(self.num_envs, dtype=bool)}
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        a = np.asarray(actions)
+        if a.shape != (self.num_envs,) or not ((a >= 0) & (a < len(self.charset))).all():
+            raise ValueError(f"action {actions!r} outside Discrete({len(self.charset)}) x {self.num_envs}")
+        rewards = np.where(a == self._codes[self._pos], self.match, self.mismatch)
+        self._text = [t + self.charset[int(k)] for t, k in zip(self._text, a, strict=True)]
+        self._pos += 1
+        self._returns += rewards
+        terminated = self._pos == len(self.target)
+        truncated = (self._pos >= self.limit) & ~terminated
+        done = terminated | truncated
+        obs = self._obs()
+        texts = np.array(self._text, dtype=object)
+        info: dict[str, Any] = {"text": texts, "_text": np.ones(self.num_envs, dtype=bool)}
+        if done.any():
+            final = _episode_info(done, self._returns.copy(), self._pos.copy(), obs.copy())
+            final["final_info"]["text"] = np.array([t if d else None for t, d in zip(texts, done, strict=True)], dtype=object)
+            final["final_info"]["_text"] = done
+            info.update(final)
+            self._pos[done] = 0
+            self._returns[done] = 0.0
+            for k in np.flatnonzero(done):
+                self._text[k] = ""
+            obs = self._obs()
+            info["text"] = np.array(self._text, dtype=object)
+        return obs, rewards, terminated, truncated, info
 
 
 def make_vec_env(
@@ -411,7 +758,9 @@ def make_vec_env(
         training: False for evaluation envs: Atari then has raw rewards and no episodic life.
         env_kwargs: Env kwargs (``TextMatch-v0`` only), merged over the defaults.
         vectorization: ``"sync"`` (one process), ``"async"`` (one process per sub-env) or ``"auto"``
-            (CartPole: the numpy vector env, int seeds only; all others: sync, see ``_AUTO_ASYNC_FAMILIES``).
+            (CartPole: gymnasium's numpy vector env, int seeds only; all others: sync, see ``_AUTO_ASYNC_FAMILIES``).
+            CartPole and TextMatch get numpy twins of the gymnasium env named (:class:`SeededCartPole`,
+            :class:`VectorTextMatch`).
         max_episode_steps: Optional per-episode agent-step cap; episodes hitting it end as truncated. Values
             above the env's own limit change nothing.
 
@@ -436,11 +785,12 @@ def make_vec_env(
     cap = None if max_episode_steps is None or max_episode_steps >= limit else int(max_episode_steps)
     n_envs = int(n_envs)
 
-    if env_id == "CartPole-v1" and vectorization == "auto":
-        inner = gym.make_vec(
-            env_id, n_envs, vectorization_mode="vector_entry_point", max_episode_steps=cap or spec.max_episode_steps
-        )
-        return SameStepCartPole(inner)
+    # Numpy twins of gymnasium's vector envs: the same values bit for bit (tests/test_envs.py), no Python env per
+    # sub-env (training, evaluation and GRPO's groups step them every step).
+    if env_id == "CartPole-v1" and vectorization in ("auto", "sync"):
+        return SeededVectorEnv(SeededCartPole(n_envs, cap or spec.max_episode_steps, per_env_seeds=vectorization == "sync"))
+    if env_id == TEXTMATCH_ID and vectorization in ("sync", "auto"):
+        return SeededVectorEnv(VectorTextMatch(n_envs, kwargs["language"], kwargs["target"], cap))
 
     env_fns: list[Callable[[], gym.Env]] = [
         functools.partial(make_single_env, env_id, kwargs, training, cap) for _ in range(n_envs)

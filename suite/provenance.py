@@ -53,22 +53,28 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def collect_provenance(threads: int) -> dict[str, Any]:
-    """Describe the code, libraries and machine this process runs on.
+def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | None = None) -> dict[str, Any]:
+    """Describe the code, libraries and machine this process runs on, and the plugins a trial came from.
 
     The git and CPU look-ups are cached per process (they cannot change under a running worker, and a
     ``git status`` per trial would be wasted time); the returned dict is a fresh copy on every call.
 
     Args:
         threads: the torch intra-op thread count the trial runs with (``torch.set_num_threads``).
+        algo: the trial's algorithm id (to name the plugin that provides it).
+        env_id: the trial's env id (to name the plugin that provides its env spec).
 
     Returns:
         A JSON-able dict with keys ``format_version``, ``suite_version``, ``git_commit`` (hex or None),
         ``git_dirty`` (bool or None), ``packages`` ({distribution: version or None}), ``python_version``,
         ``python_implementation``, ``platform``, ``cpu_model`` (str or None), ``cpu_count`` (logical CPUs
         in the machine), ``cpu_count_usable`` (CPUs this process may run on: affinity / container limit),
-        ``torch_threads`` and ``hostname``.
+        ``torch_threads``, ``hostname``, and from :func:`suite.plugins.provenance_of`: ``algo_plugin`` and
+        ``env_plugin`` (``{name, version, kind, source, sha256}`` of the plugin providing the algorithm / env
+        spec, None for the suite's own) and ``plugins`` (every plugin loaded in the process).
     """
+    from suite.plugins import provenance_of
+
     commit, dirty = _git_state(_suite_root())
     return {
         "format_version": PROVENANCE_FORMAT_VERSION,
@@ -84,6 +90,7 @@ def collect_provenance(threads: int) -> dict[str, Any]:
         "cpu_count_usable": _usable_cpu_count(),
         "torch_threads": int(threads),
         "hostname": socket.gethostname(),
+        **provenance_of(algo or "", env_id or ""),
     }
 
 

@@ -4,13 +4,20 @@ Each entry names its version (bump it whenever a change can move results: the ve
 trial's key, so a bump makes studies re-run instead of mixing old and new records), a one-line summary,
 the reference it implements, the action spaces and observation kinds it supports, its frozen config
 dataclass and its per-environment default hyperparameters (a TOML data file, one table per env id).
+
+Plugins (:mod:`suite.plugins`) register with the same decorator: installed packages are discovered through the
+``rl_suite.algorithms`` entry-point group the first time the registry is used, single files are loaded with
+``--plugin``. An id or alias that is already taken, by a built-in or by another plugin, raises
+:class:`DuplicateIdError`: nothing is ever overridden. Each entry records the plugin that registered it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.config import build_config, load_toml
@@ -20,6 +27,13 @@ if TYPE_CHECKING:
     from suite.trial import Agent, TrialContext
 
 TrainFn = Callable[["TrialContext", Any], "Agent"]
+Hyperparams = str | os.PathLike[str] | Callable[[str], Mapping[str, Any]] | None
+"""Per-env defaults: a file name under ``suite/hyperparams/`` (built-ins), a path to a TOML file (plugins), a
+callable ``env_id -> overrides``, or None."""
+
+
+class DuplicateIdError(ValueError):
+    """An algorithm id or alias that is already registered (by a built-in or a plugin); never overridden."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +56,10 @@ class AlgorithmSpec:
     """Frozen dataclass of hyperparameters (SB3 names)."""
     train: TrainFn
     """``train(ctx, config) -> Agent``: runs the whole training loop inside a trial."""
-    hyperparams: str | Callable[[str], Mapping[str, Any]] | None = None
-    """File name under ``suite/hyperparams/`` with per-env default overrides, a callable ``env_id -> overrides``
-    (the ``sb3-*`` entries read rl-baselines3-zoo YAML this way), or None."""
+    hyperparams: Hyperparams = None
+    """File name under ``suite/hyperparams/`` with per-env default overrides, a path to such a TOML file (plugins:
+    ``Path(__file__).with_name("hyperparams.toml")``), a callable ``env_id -> overrides`` (the ``sb3-*`` entries
+    read rl-baselines3-zoo YAML this way), or None."""
     aliases: tuple[str, ...] = ()
     """Other names users may know it by (resolved to ``id``)."""
     notes: str = ""
@@ -53,6 +68,10 @@ class AlgorithmSpec:
     """Free-form metadata (e.g. the peer library for ``sb3-*`` entries)."""
     policy_factory: Callable[[Any, Any, Any], Any] | None = None
     """``(observation_space, action_space, config) -> module`` rebuilding a saved policy for re-evaluation."""
+    plugin: str | None = None
+    """Name of the plugin that registered it (:class:`suite.plugins.PluginInfo`), None for a built-in."""
+    plugin_version: str | None = None
+    """That plugin's version (distribution version, or a file's ``__version__``), None if unknown or built-in."""
 
     def supports(self, action_space: str, observation: str) -> bool:
         return action_space in self.action_spaces and observation in self.observations
@@ -78,11 +97,18 @@ _ALIASES: dict[str, str] = {}
 _HP_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def _hyperparams_table(name: str) -> dict[str, Any]:
-    if name not in _HP_CACHE:
-        path = resources.files("suite") / "hyperparams" / name
-        _HP_CACHE[name] = load_toml(path)  # type: ignore[arg-type]
-    return _HP_CACHE[name]
+def _hyperparams_table(name: str | os.PathLike[str]) -> dict[str, Any]:
+    key = os.fspath(name)
+    if key not in _HP_CACHE:
+        # A bare file name is a built-in data file; anything with a directory part is a path (a plugin's own file).
+        bare = isinstance(name, str) and os.sep not in name and "/" not in name
+        path = resources.files("suite") / "hyperparams" / name if bare else Path(name)
+        _HP_CACHE[key] = load_toml(path)  # type: ignore[arg-type]
+    return _HP_CACHE[key]
+
+
+def _owner(spec: AlgorithmSpec) -> str:
+    return "built-in" if spec.plugin is None else f"by plugin {spec.plugin!r}"
 
 
 def register(
@@ -94,18 +120,32 @@ def register(
     action_spaces: tuple[str, ...],
     observations: tuple[str, ...] = ("vector",),
     config: type,
-    hyperparams: str | Callable[[str], Mapping[str, Any]] | None = None,
+    hyperparams: Hyperparams = None,
     aliases: tuple[str, ...] = (),
     notes: str = "",
     extra: Mapping[str, Any] | None = None,
     policy_factory: Callable[[Any, Any, Any], Any] | None = None,
 ) -> Callable[[TrainFn], TrainFn]:
-    """Decorator registering ``train(ctx, config) -> Agent`` under ``id``. A duplicate id or alias raises."""
+    """Decorator registering ``train(ctx, config) -> Agent`` under ``id`` (see :class:`AlgorithmSpec` for the fields).
+
+    Called while a plugin loads, the entry records that plugin's name and version.
+
+    Raises:
+        DuplicateIdError: ``id`` or an alias is already registered (built-in or by a plugin).
+        ValueError: unknown space kinds.
+    """
+    from suite.plugins import current_plugin
 
     def deco(fn: TrainFn) -> TrainFn:
         for name in (id, *aliases):
-            if name in _REGISTRY or name in _ALIASES:
-                raise ValueError(f"algorithm id {name!r} is already registered")
+            taken = _REGISTRY.get(_ALIASES.get(name, name))
+            if taken is not None:
+                kind = "algorithm id" if name in _REGISTRY else f"alias of {taken.id!r}"
+                raise DuplicateIdError(
+                    f"algorithm id {name!r} is already registered ({kind}, {_owner(taken)}); ids are never "
+                    "overridden: choose another id"
+                )
+        plugin = current_plugin()
         bad = set(action_spaces) - {"discrete", "box"} | set(observations) - {"vector", "image"}
         if bad:
             raise ValueError(f"{id}: unknown space kinds {sorted(bad)}")
@@ -123,6 +163,8 @@ def register(
             notes=notes,
             extra=dict(extra or {}),
             policy_factory=policy_factory,
+            plugin=plugin.name if plugin else None,
+            plugin_version=plugin.version if plugin else None,
         )
         for alias in aliases:
             _ALIASES[alias] = id
@@ -132,11 +174,37 @@ def register(
 
 
 def _ensure_loaded() -> None:
-    import suite.algorithms  # noqa: F401  (registers every algorithm on import)
+    """Register the built-in algorithms, then the installed plugins (entry-point group ``rl_suite.algorithms``).
+    Both happen once per process; later calls cost two look-ups."""
+    import suite.algorithms  # noqa: F401  (registers every built-in algorithm on import)
+    from suite.plugins import load_entry_points
+
+    load_entry_points()
+
+
+def snapshot() -> tuple[dict[str, AlgorithmSpec], dict[str, str]]:
+    """Copies of the registry and alias tables (for :func:`restore`: a failed plugin load is undone)."""
+    return dict(_REGISTRY), dict(_ALIASES)
+
+
+def restore(state: tuple[dict[str, AlgorithmSpec], dict[str, str]]) -> None:
+    """Put back a :func:`snapshot`: entries registered since are removed."""
+    registry, aliases = state
+    _REGISTRY.clear()
+    _REGISTRY.update(registry)
+    _ALIASES.clear()
+    _ALIASES.update(aliases)
+
+
+def set_plugin_version(ids: Iterable[str], version: str | None) -> None:
+    """Record ``version`` as the plugin version of the entries ``ids`` (a single-file plugin's ``__version__`` is
+    known only once its import has finished, after its registrations)."""
+    for key in ids:
+        _REGISTRY[key] = replace(_REGISTRY[key], plugin_version=version)
 
 
 def list_algorithms() -> list[AlgorithmSpec]:
-    """Every registered algorithm, sorted by id."""
+    """Every registered algorithm (built-in and from loaded plugins), sorted by id."""
     _ensure_loaded()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
@@ -146,7 +214,10 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     _ensure_loaded()
     key = _ALIASES.get(name, name)
     if key not in _REGISTRY:
-        raise UserError(f"unknown algorithm {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+        raise UserError(
+            f"unknown algorithm {name!r}; registered: {', '.join(sorted(_REGISTRY))} (an algorithm from a plugin "
+            "needs its package installed, or --plugin FILE / a study's plugins = [...])"
+        )
     return _REGISTRY[key]
 
 

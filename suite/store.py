@@ -36,6 +36,18 @@ Schema (version 2):
         row-major ``float64`` matrix. Column-wise for the same load-speed reason as curves, and because float64
         keeps NaN (SQLite turns a NaN REAL into NULL).
 
+Run coordination (tables ``runs`` and ``claims``, added to older files when opened; no schema-version change, since
+no trial data changes shape):
+    ``runs(run_id, host, pid, proc_start, started_at, heartbeat_at, command)``
+        One row per ``suite run`` executing right now (removed when it ends; a SIGKILLed run leaves its row, which
+        the next run recognises as dead).
+    ``claims(key, run_id, claimed_at)``
+        A trial some run is executing. Several ``suite run`` on one database at the same time share the work:
+        a run only starts a trial it could claim (not recorded, not claimed by a live run), so each trial runs once;
+        :meth:`ResultsStore.save_trial` drops the claim in the trial's own transaction. A run is live while its
+        process exists (same host: pid and process start time) or, seen from another host, while its heartbeat is
+        younger than :data:`RUN_STALE_S`.
+
 Every trial has exactly one ``curves`` and one ``updates`` row (empty for a trial that failed early). For SQL
 access to curves and updates, use :meth:`ResultsStore.export` to CSV or Parquet.
 """
@@ -46,9 +58,12 @@ import copy
 import json
 import math
 import os
+import socket
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -81,6 +96,12 @@ TABLES: tuple[str, ...] = ("trials", "curves", "evals", "updates")
 EXPORT_SUFFIXES: tuple[str, ...] = (".csv", ".parquet")
 
 STATUSES: tuple[str, ...] = ("ok", "failed", "diverged")
+
+RUN_STALE_S = 600.0
+"""A run seen from another host is dead when its heartbeat is older than this (same host: its process is checked)."""
+
+ENV_FAILURE_KINDS: tuple[str, ...] = ("worker_died", "timeout", "oom")
+"""``failure_kind`` values whose cause is the machine, not the algorithm: ``suite run --retry-failed`` re-runs these."""
 
 BUSY_TIMEOUT_S = 60.0
 """How long a writer waits for another process's transaction. Transactions take milliseconds; a minute only
@@ -160,7 +181,13 @@ _SCHEMA: tuple[str, ...] = (
     "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, metrics TEXT NOT NULL,"
     " update_i8 BLOB NOT NULL, step_i8 BLOB NOT NULL, values_f8 BLOB NOT NULL)",
 )
+_COORDINATION_SCHEMA: dict[str, str] = {
+    "runs": "CREATE TABLE runs (run_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, proc_start REAL,"
+    " started_at TEXT NOT NULL, heartbeat_at REAL NOT NULL, command TEXT)",
+    "claims": "CREATE TABLE claims (key TEXT PRIMARY KEY, run_id TEXT NOT NULL, claimed_at TEXT NOT NULL)",
+}
 _OUR_TABLES = frozenset({"meta", "trials", "curves", "evals", "updates", "study_trials"})
+"""Tables a results file must have (the coordination tables are added when missing)."""
 
 _I8 = np.dtype("<i8")
 _F8 = np.dtype("<f8")
@@ -274,6 +301,22 @@ class ResultsStore:
             )
         if version < SCHEMA_VERSION:
             self._upgrade(conn)
+        if not set(_COORDINATION_SCHEMA) <= self._table_names(conn):
+            self._add_coordination_tables(conn)
+
+    def _add_coordination_tables(self, conn: sqlite3.Connection) -> None:
+        """Create ``runs``/``claims`` in a file written before they existed (one transaction; another process may
+        be doing the same, so look again under the lock)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            have = self._table_names(conn)
+            for name, statement in _COORDINATION_SCHEMA.items():
+                if name not in have:
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
         """Add the trial columns of later schema versions (nullable), in one transaction, then bump the version."""
@@ -296,7 +339,7 @@ class ResultsStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             if conn.execute("PRAGMA application_id").fetchone()[0] == 0 and not self._table_names(conn):
-                for statement in _SCHEMA:
+                for statement in (*_SCHEMA, *_COORDINATION_SCHEMA.values()):
                     conn.execute(statement)
                 conn.executemany(
                     "INSERT INTO meta (name, value) VALUES (?, ?)",
@@ -373,7 +416,7 @@ class ResultsStore:
         update_row = (key, *_encode_updates(record.get("updates")))
 
         with self._transaction() as conn:
-            for table in ("curves", "evals", "updates", "trials"):
+            for table in ("curves", "evals", "updates", "trials", "claims"):
                 conn.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
             conn.execute(_INSERT_TRIAL, trial_row)
             self._write_series(conn, curve_row, eval_rows, update_row)
@@ -408,6 +451,158 @@ class ResultsStore:
     def finished_keys(self) -> set[str]:
         """Keys of all recorded trials, whatever their status (a resumed study skips these)."""
         return {row[0] for row in self._conn.execute("SELECT key FROM trials")}
+
+    def studies(self) -> list[str]:
+        """Names of the studies with trials in this database (recorded by them or needed by them), sorted."""
+        rows = self._conn.execute(
+            "SELECT study FROM study_trials UNION SELECT study FROM trials WHERE study IS NOT NULL ORDER BY 1"
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def failed_trials(self, keys: Iterable[str], which: str = "env") -> dict[str, str]:
+        """The recorded failures among ``keys`` that ``suite run --retry-failed`` would run again.
+
+        Args:
+            keys: trial keys to look at (e.g. a study's).
+            which: ``"env"``: failed trials whose cause is the machine (``failure_kind`` in
+                :data:`ENV_FAILURE_KINDS`, or a schema-1 record whose error says ``WorkerDied``); ``"all"``: every
+                trial whose status is not ``ok`` (also the algorithm's own exceptions and divergences).
+
+        Returns:
+            ``{key: ended_at}`` of those records (``ended_at`` identifies the record, see :meth:`claim`).
+        """
+        if which not in ("env", "all"):
+            raise ValueError(f"which must be 'env' or 'all', got {which!r}")
+        if which == "all":
+            condition = "status != 'ok'"
+            params: list[Any] = []
+        else:
+            condition = (
+                "status = 'failed' AND (failure_kind IN (SELECT value FROM json_each(?))"
+                " OR (failure_kind IS NULL AND error LIKE 'WorkerDied%'))"
+            )
+            params = [json.dumps(list(ENV_FAILURE_KINDS))]
+        rows = self._conn.execute(
+            f"SELECT key, ended_at FROM trials WHERE {condition} AND key IN (SELECT value FROM json_each(?))",
+            [*params, json.dumps(_as_list(keys))],
+        ).fetchall()
+        return {key: ended_at or "" for key, ended_at in rows}
+
+    def attempts(self, key: str) -> int:
+        """How many times the recorded trial ``key`` was started (0 if not recorded; 1 for a schema-1 record)."""
+        row = self._conn.execute("SELECT attempts FROM trials WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return 0
+        return int(row[0]) if row[0] is not None else 1
+
+    def seconds_per_step(self) -> dict[tuple[str, str], float]:
+        """``{(algo, env_id): wall seconds per trained env step}`` over the ok trials recorded (start-up and
+        evaluations included, so it estimates a whole trial's wall time from its budget)."""
+        rows = self._conn.execute(
+            "SELECT algo, env_id, SUM(wall_time_s), SUM(steps) FROM trials WHERE status = 'ok' AND steps > 0"
+            " AND wall_time_s IS NOT NULL GROUP BY algo, env_id"
+        ).fetchall()
+        return {(algo, env): wall / steps for algo, env, wall, steps in rows if steps}
+
+    def failure_summary(self) -> pd.DataFrame:
+        """Trials that are not ``ok``, counted per (study, status, failure_kind), for ``suite status``.
+
+        Returns:
+            Columns ``study``, ``status``, ``failure_kind`` (None for schema-1 records), ``n`` (int64),
+            ``retried`` (int64: how many of them took more than one attempt).
+        """
+        rows = self._conn.execute(
+            "SELECT study, status, failure_kind, COUNT(*), SUM(COALESCE(attempts, 1) > 1) FROM trials"
+            " WHERE status != 'ok' GROUP BY study, status, failure_kind ORDER BY study, status, failure_kind"
+        ).fetchall()
+        frame = pd.DataFrame.from_records(rows, columns=["study", "status", "failure_kind", "n", "retried"])
+        return frame.astype({"n": "int64", "retried": "int64"})
+
+    # ------------------------------------------------------------------ run coordination
+
+    def begin_run(self, command: str = "") -> str:
+        """Register this process as a run that claims trials (see the module doc); returns its ``run_id``.
+
+        Also forgets dead runs (and their claims), so their trials can be claimed again.
+        """
+        import psutil
+
+        run_id = os.urandom(8).hex()
+        now = time.time()
+        with self._transaction() as conn:
+            self._forget_dead_runs(conn, now)
+            conn.execute(
+                "INSERT INTO runs (run_id, host, pid, proc_start, started_at, heartbeat_at, command)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, _HOST, os.getpid(), psutil.Process().create_time(), utc_now_iso(), now, command),
+            )
+        return run_id
+
+    def heartbeat(self, run_id: str) -> None:
+        """Tell other hosts that run ``run_id`` is alive (the driver calls it every few seconds)."""
+        with self._transaction() as conn:
+            conn.execute("UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", (time.time(), run_id))
+
+    def end_run(self, run_id: str) -> None:
+        """Release every claim of ``run_id`` and unregister it (its unfinished trials become claimable)."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM claims WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+
+    def release(self, run_id: str, key: str) -> None:
+        """Drop ``run_id``'s claim on ``key`` (a trial it will not finish now, e.g. to be retried later)."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM claims WHERE key = ? AND run_id = ?", (key, run_id))
+
+    def claim(self, key: str, run_id: str, *, rerun: str | None = None) -> Claim:
+        """Try to take trial ``key`` for run ``run_id``, in one transaction.
+
+        Args:
+            key: the trial.
+            run_id: from :meth:`begin_run`.
+            rerun: for a recorded failure being run again, the ``ended_at`` of the record that was planned to be
+                replaced (from :meth:`failed_trials`); if the record changed since (another run re-ran it), the
+                trial counts as recorded.
+
+        Returns:
+            A :class:`Claim`: ``claimed`` (run it), ``recorded`` (already in the store: skip it), or ``busy``
+            (a live run is executing it: ``owner`` says which; look again later).
+        """
+        with self._transaction() as conn:
+            row = conn.execute("SELECT ended_at FROM trials WHERE key = ?", (key,)).fetchone()
+            if row is not None and (rerun is None or (row[0] or "") != rerun):
+                return Claim("recorded")
+            owner = conn.execute(
+                "SELECT runs.run_id, runs.host, runs.pid, runs.proc_start, runs.heartbeat_at, runs.command FROM claims"
+                " LEFT JOIN runs ON runs.run_id = claims.run_id WHERE claims.key = ?",
+                (key,),
+            ).fetchone()
+            if owner is not None and owner[0] is not None and owner[0] != run_id:
+                if _run_alive(owner[1], owner[2], owner[3], owner[4], time.time()):
+                    return Claim("busy", owner=f"pid {owner[2]} on {owner[1]}: {owner[5] or 'suite run'}")
+                self._forget_dead_runs(conn, time.time())
+            conn.execute(
+                "INSERT OR REPLACE INTO claims (key, run_id, claimed_at) VALUES (?, ?, ?)", (key, run_id, utc_now_iso())
+            )
+        return Claim("claimed")
+
+    def active_runs(self) -> pd.DataFrame:
+        """Live runs and how many trials each has claimed: columns ``run_id, host, pid, started_at, command,
+        claimed`` (dead runs are left out)."""
+        rows = self._conn.execute(
+            "SELECT runs.run_id, host, pid, proc_start, heartbeat_at, started_at, command, COUNT(claims.key) FROM runs"
+            " LEFT JOIN claims ON claims.run_id = runs.run_id GROUP BY runs.run_id ORDER BY started_at"
+        ).fetchall()
+        now = time.time()
+        live = [(r[0], r[1], r[2], r[5], r[6], r[7]) for r in rows if _run_alive(r[1], r[2], r[3], r[4], now)]
+        return pd.DataFrame.from_records(live, columns=["run_id", "host", "pid", "started_at", "command", "claimed"])
+
+    @staticmethod
+    def _forget_dead_runs(conn: sqlite3.Connection, now: float) -> None:
+        rows = conn.execute("SELECT run_id, host, pid, proc_start, heartbeat_at FROM runs").fetchall()
+        for run_id in [r[0] for r in rows if not _run_alive(r[1], r[2], r[3], r[4], now)]:
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+        conn.execute("DELETE FROM claims WHERE run_id NOT IN (SELECT run_id FROM runs)")
 
     def add_to_study(self, study: str, keys: Iterable[str], tier: str | None = None) -> None:
         """Record that ``study`` includes these trial keys (whoever ran them) at budget ``tier`` (``custom``
@@ -633,6 +828,37 @@ class ResultsStore:
         except OSError as exc:
             raise UserError(f"cannot write {out}: {exc}") from exc
         return len(frame)
+
+
+# ---------------------------------------------------------------------- run coordination helpers
+
+_HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer of :meth:`ResultsStore.claim`."""
+
+    state: str
+    """``claimed``, ``recorded`` or ``busy``."""
+    owner: str | None = None
+    """For ``busy``: the run executing the trial (pid, host, command)."""
+
+
+def _run_alive(host: str, pid: int, proc_start: float | None, heartbeat_at: float, now: float) -> bool:
+    """Whether a registered run is still executing: on this host, its process exists and started when the run
+    registered (a reused pid is another process); on another host, its heartbeat is recent."""
+    if host != _HOST:
+        return now - heartbeat_at < RUN_STALE_S
+    import psutil
+
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.AccessDenied:
+        return True  # it exists; we may not look at it
+    except (psutil.NoSuchProcess, ValueError):  # ZombieProcess is a NoSuchProcess: it has exited
+        return False
+    return proc_start is None or abs(started - proc_start) < 1.0
 
 
 # ---------------------------------------------------------------------- encoding helpers

@@ -16,9 +16,19 @@ A study file (see ``suite/studies/*.toml``)::
     [budgets.quick]                      # optional: replaces suite/data/tiers.toml for this study
     "CartPole-v1" = 100000
 
+    plugins = ["my_algo.py", "my_package"]   # optional: .py files (relative to the study file) or module names
+
 Budgets come from ``suite/data/tiers.toml`` unless the study gives its own: per tier and env, a number or
 a table ``{ default = N, <algo> = M }`` for algorithms whose reference budget differs (the zoo trains
-DQN on CartPole for 5e4 steps, A2C for 5e5).
+DQN on CartPole for 5e4 steps, A2C for 5e5). An env the tiers do not list (any gymnasium id, a plugin's env)
+takes its budget from, in order: the study's ``[budgets.<tier>]``, then its env spec's ``budgets`` (a plugin's
+data); with none of them it is an error that says how to give one (``--steps N`` or a ``[budgets.<tier>]`` table),
+never a silent default.
+
+Plugins listed in ``plugins`` are loaded when the study is parsed and travel with every trial
+(``TrialSpec.plugins``). ``algos = ["*"]`` means the built-in algorithms plus those of the study's own plugins
+(``plugins`` and ``--plugin``): an installed plugin package does not change what a shipped study runs; name its
+ids to include them.
 """
 
 from __future__ import annotations
@@ -33,12 +43,13 @@ from typing import Any
 from suite.config import load_toml
 from suite.envs import get_env_spec
 from suite.errors import UserError
+from suite.plugins import load_plugins, normalise_spec
 from suite.registry import get_algorithm, list_algorithms
 from suite.trial import TrialSpec
 
 TIERS = ("smoke", "quick", "standard", "paper")
 STUDY_KEYS = {"name", "description", "tier", "seeds", "n_eval_episodes", "algos", "envs", "overrides", "budgets",
-              "threads", "eval_freq"}  # fmt: skip
+              "threads", "eval_freq", "plugins"}  # fmt: skip
 
 
 def parse_seeds(text: str | Sequence[int]) -> list[int]:
@@ -102,15 +113,20 @@ class Study:
     """Env steps between evaluations (0: a tenth of the budget)."""
     path: str | None = None
     """Where it was read from."""
+    plugins: tuple[str, ...] = ()
+    """Plugins the study loads (absolute ``.py`` paths or module names); every trial carries them."""
 
     def budget(self, tier: str, env_id: str, algo: str) -> int:
-        """Step budget of ``algo`` on ``env_id`` at ``tier``."""
-        table = self.budgets.get(tier)
-        if table is None:
-            raise UserError(f"study {self.name!r} has no budgets for tier {tier!r}; tiers: {', '.join(TIERS)}")
-        entry = table.get(env_id)
+        """Step budget of ``algo`` on ``env_id`` at ``tier``: the study's, else ``suite/data/tiers.toml``'s, else the
+        env spec's (a plugin's data); none of them is a UserError saying how to give one."""
+        entry = self.budgets.get(tier, {}).get(env_id)
         if entry is None:
-            raise UserError(f"no {tier!r} budget for {env_id} in study {self.name!r} or suite/data/tiers.toml")
+            entry = get_env_spec(env_id).budgets.get(tier)
+        if entry is None:
+            raise UserError(
+                f"no {tier!r} budget for {env_id}: neither study {self.name!r}, suite/data/tiers.toml nor its env spec "
+                f'gives one; pass --steps N, or add [budgets.{tier}] "{env_id}" = N to the study file'
+            )
         if isinstance(entry, Mapping):
             return int(entry.get(algo, entry["default"]))
         return int(entry)
@@ -157,6 +173,7 @@ class Study:
                             n_eval_episodes=self.n_eval_episodes,
                             eval_freq=self.eval_freq,
                             study=self.name,
+                            plugins=self.plugins,
                         )
                     )
         return out
@@ -165,7 +182,12 @@ class Study:
         requested = [get_algorithm(a).id for a in filt] if filt else None
         wanted = list(self.algos)
         if "*" in wanted:
-            pool = [a.id for a in list_algorithms() if a.supports(action_space, observation)]
+            own = {p.name for p in load_plugins(self.plugins)}
+            pool = [
+                a.id
+                for a in list_algorithms()
+                if a.supports(action_space, observation) and (a.plugin is None or a.plugin in own)
+            ]
         else:
             pool = [get_algorithm(a).id for a in wanted]
             pool = [a for a in pool if get_algorithm(a).supports(action_space, observation)]
@@ -186,8 +208,12 @@ def list_studies() -> list[str]:
     return sorted(p.name[:-5] for p in (resources.files("suite") / "studies").iterdir() if p.name.endswith(".toml"))
 
 
-def load_study(name_or_path: str) -> Study:
-    """A packaged study by name, or a TOML file by path. Unknown name or bad file: UserError."""
+def load_study(name_or_path: str, plugins: Sequence[str] = ()) -> Study:
+    """A packaged study by name, or a TOML file by path, with ``plugins`` (``--plugin``) added to its own.
+
+    Raises:
+        UserError: unknown name, bad file, a plugin that fails to load.
+    """
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         candidate = resources.files("suite") / "studies" / f"{name_or_path}.toml"
@@ -195,14 +221,30 @@ def load_study(name_or_path: str) -> Study:
             raise UserError(f"unknown study {name_or_path!r}; shipped studies: {', '.join(list_studies())} (or a path)")
         path = Path(str(candidate))
     data = load_toml(path)
-    return parse_study(data, default_name=path.stem, path=str(path))
+    return parse_study(data, default_name=path.stem, path=str(path), plugins=plugins)
 
 
-def parse_study(data: Mapping[str, Any], *, default_name: str = "adhoc", path: str | None = None) -> Study:
+def parse_study(
+    data: Mapping[str, Any], *, default_name: str = "adhoc", path: str | None = None, plugins: Sequence[str] = ()
+) -> Study:
+    """Validate a study table (a parsed TOML file) and load its plugins.
+
+    Args:
+        data: The table.
+        default_name: Name when the table has none.
+        path: The file it was read from (relative plugin paths are resolved against its folder).
+        plugins: More plugins (``--plugin``), loaded before the study's own and carried with its trials.
+    """
     where = path or default_name
     unknown = set(data) - STUDY_KEYS
     if unknown:
         raise UserError(f"{where}: unknown study keys {sorted(unknown)}; allowed: {', '.join(sorted(STUDY_KEYS))}")
+    listed = data.get("plugins", [])
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        raise UserError(f"{where}: plugins must be a list of .py paths or module names, got {listed!r}")
+    base = Path(path).resolve().parent if path else None
+    plugin_specs = tuple(dict.fromkeys([normalise_spec(p) for p in plugins] + [normalise_spec(p, base) for p in listed]))
+    load_plugins(plugin_specs)  # before the algorithm ids and envs below are checked
     tier = data.get("tier", "quick")
     if tier not in TIERS:
         raise UserError(f"{where}: unknown tier {tier!r}; allowed: {', '.join(TIERS)}")
@@ -244,4 +286,5 @@ def parse_study(data: Mapping[str, Any], *, default_name: str = "adhoc", path: s
         threads=int(data.get("threads", 1)),
         eval_freq=int(data.get("eval_freq", 0)),
         path=path,
+        plugins=plugin_specs,
     )

@@ -34,6 +34,7 @@ from suite.config import config_to_dict, stable_hash
 from suite.envs import env_label, finished_episodes, get_env_spec, make_vec_env, resolve_env_kwargs
 from suite.errors import UserError
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
+from suite.textmatch import record_sample_diversity
 
 TRAIN_SEED_STRIDE = 10_000
 EVAL_SEED_BASE = 2**30
@@ -99,8 +100,18 @@ class TrialSpec:
     """Env steps between periodic evaluations; 0 = a tenth of the budget."""
     study: str | None = None
     """Study name, for grouping in the results database."""
+    plugins: tuple[str, ...] = ()
+    """Plugins (``.py`` file paths, absolute, or module names) to load before resolving: :meth:`resolve` loads them
+    in whichever process runs it (worker, Ray task), so they register the same algorithms and envs everywhere.
+    Not part of the trial key (the algorithm id and version are); the record's provenance names the plugin."""
+    memory_profile: str = "rss"
+    """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.profile.memory`). Not part of the
+    key: it measures, it never changes a result."""
 
     def resolve(self) -> ResolvedTrial:
+        from suite.plugins import load_plugins
+
+        load_plugins(self.plugins)  # also the installed (entry-point) plugins; a no-op once loaded
         if self.seed < 0:
             raise UserError(f"seed must be >= 0, got {self.seed}")
         if self.total_timesteps < 1:
@@ -109,11 +120,17 @@ class TrialSpec:
             raise UserError(f"threads must be >= 1, got {self.threads}")
         if self.n_eval_episodes < 1:
             raise UserError(f"n_eval_episodes must be >= 1, got {self.n_eval_episodes}")
+        from suite.profile.memory import check_mode
+
+        check_mode(self.memory_profile)
         algo = get_algorithm(self.algo)
         get_env_spec(self.env_id)
         check_compatible(algo, self.env_id)
         env_kwargs = resolve_env_kwargs(self.env_id, dict(self.env_kwargs))
         config = algo.make_config(self.env_id, dict(self.overrides))
+        check_env = getattr(config, "check_env", None)
+        if check_env is not None:  # env-dependent config checks (e.g. a storage dtype only images allow)
+            check_env(get_env_spec(self.env_id))
         config_dict = config_to_dict(config)
         config_hash = stable_hash(config_dict)
         eval_freq = self.eval_freq or max(self.total_timesteps // 10, 1)
@@ -350,6 +367,11 @@ class TrialContext:
         self._envs.clear()
 
 
+TRIAL_END_HOOKS: Mapping[str, Callable[[TrialContext, Agent], None]] = {"TextMatch-v0": record_sample_diversity}
+"""Per-env trial-level metrics, recorded after the final evaluation (in the ``eval`` phase) by a hook defined next
+to the env; they read the trained agent and change no training result."""
+
+
 def seed_everything(seed: int, threads: int) -> None:
     """Seed Python, numpy and torch and fix torch's thread count (bitwise reproducibility needs both)."""
     random.seed(seed)
@@ -417,9 +439,12 @@ def run_trial(
     *,
     models_dir: Path | None = None,
     progress: Callable[[int], None] | None = None,
+    memory_capture: Path | None = None,
 ) -> dict[str, Any]:
-    """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial."""
+    """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial.
+    ``memory_capture``: with ``memory_profile="full"``, keep memray's capture file there (for a flame graph)."""
     from suite.algorithms.core import Diverged
+    from suite.profile.memory import start_memory_probe
     from suite.provenance import utc_now_iso
 
     spec = resolved.spec
@@ -428,6 +453,7 @@ def run_trial(
     seed_everything(spec.seed, spec.threads)
     baseline_rss = _current_rss_mb()
     ctx = TrialContext(resolved, progress)
+    memory = start_memory_probe(ctx, spec.memory_profile, capture=memory_capture)
     status, error, tb, model_path, failure_kind = "ok", None, None, None, None
     try:
         agent = resolved.algo.train(ctx, resolved.config)
@@ -436,6 +462,10 @@ def run_trial(
             last["final"] = True  # the periodic evaluation already ran at the last step
         else:
             ctx.evaluate(agent, final=True)
+        hook = TRIAL_END_HOOKS.get(spec.env_id)
+        if hook is not None:
+            with ctx.phase("eval"):
+                hook(ctx, agent)
         if models_dir is not None:
             model_path = Path(models_dir) / f"{resolved.key}.pt"
             save_model(model_path, agent, resolved)
@@ -446,9 +476,12 @@ def run_trial(
     finally:
         ctx.end_phase()
         ctx.close()
+        if memory is not None:
+            memory.stop()
     return _assemble(
         resolved, ctx, status=status, error=error, tb=tb, wall=time.perf_counter() - t0, started=started,
-        model_path=model_path, baseline_rss=baseline_rss, peak_rss=_peak_rss_mb(), failure_kind=failure_kind,
+        model_path=model_path, baseline_rss=baseline_rss, failure_kind=failure_kind,
+        peak_rss=memory.peak_mb() if memory is not None else _peak_rss_mb(),
     )  # fmt: skip
 
 
@@ -515,7 +548,7 @@ def _assemble(
         "baseline_rss_mb": baseline_rss,
         "final_eval_mean": float(final_returns.mean()) if final_returns is not None else None,
         "final_eval_std": float(final_returns.std()) if final_returns is not None else None,
-        "provenance": collect_provenance(spec.threads),
+        "provenance": collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id),
         "suite_version": __version__,
         "started_at": started,
         "ended_at": utc_now_iso(),

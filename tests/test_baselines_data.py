@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from suite.algorithms.sb3 import PUBLISHED_COLUMNS, load_published
+from suite.claims.published import PUBLISHED_COLUMNS, load_published
 from suite.envs import get_env_spec
 from suite.errors import UserError
 

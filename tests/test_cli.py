@@ -29,6 +29,16 @@ SUITE = [sys.executable, "-m", "suite.cli"]
         (["run", "nostudy"], "unknown study 'nostudy'"),
         (["run", "--tier", "huge"], "unknown tier 'huge'"),
         (["run", "--workers", "0"], "--workers must be >= 1"),
+        (["run", "--max-retries", "-1"], "--max-retries must be >= 0"),
+        (["run", "--trial-timeout", "-5"], "--trial-timeout must be a number of seconds >= 0"),
+        (["run", "--executor", "slurm"], "unknown executor 'slurm'; choose one of local, ray"),
+        (["run", "--address", "ray://head:10001"], "--address is for --executor ray"),
+        (["run", "--retry-failed", "some"], "invalid choice: 'some'"),
+        (
+            ["run", "--algo", "ppo", "--env", "CartPole-v1", "--seeds", "0-100000"],
+            "100,001 trials (not yet checked against the database); 10.0G env steps (no recorded speed to estimate "
+            "the time from): more than 1,000 trials to run; add --yes to start them",
+        ),
         (["frobnicate"], "invalid choice"),
         (["export", "--table", "trials"], "required"),
     ],
@@ -66,7 +76,7 @@ def test_run_status_export_end_to_end_and_resume(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "2 to run" in first.stderr and "ppo" in first.stdout
     again = subprocess.run([*argv, "--no-report", "--quiet"], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "2 already in" in again.stderr and "0 to run" in again.stderr
+    assert again.returncode == 0 and "2 already recorded, 0 to run" in again.stderr
     status = subprocess.run([*SUITE, "status", "--db", str(db)], capture_output=True, text=True, timeout=60)
     assert status.returncode == 0 and "TextMatch-v0" in status.stdout
     out = tmp_path / "trials.csv"
@@ -80,3 +90,52 @@ def test_run_status_export_end_to_end_and_resume(tmp_path):
         [*SUITE, "export", "--table", "nope", "-o", str(out), "--db", str(db)], capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_asking_for_ray_without_ray_installed_is_one_line(tmp_path):
+    code = "import sys; sys.modules['ray'] = None; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "run", "--algo", "ppo", "--env", "TextMatch-v0", "--steps", "64", "--executor", "ray",
+         "--db", str(tmp_path / "x.db"), "--no-report"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "suite: error: --executor ray needs Ray, which is not installed here: pip install -e '.[ray]' (ray 2.60.0)"
+    ]
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_report_uses_the_only_study_of_a_database(tmp_path, capsys):
+    from suite.store import ResultsStore
+    from tests.test_store import make_record
+
+    db = tmp_path / "one.db"
+    with ResultsStore(db) as store:
+        for i in range(2):
+            store.save_trial(make_record(i, study="adhoc", algo="ppo", env_label="CartPole-v1"))
+        store.add_to_study("adhoc", [make_record(i)["key"] for i in range(2)])
+    assert main(["report", "--db", str(db), "-o", str(tmp_path / "out"), "--reps", "10"]) == 0
+    assert (tmp_path / "out" / "index.html").exists()
+    with ResultsStore(db) as store:
+        store.save_trial(make_record(5, study="zoo"))
+    capsys.readouterr()
+    assert main(["report", "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"suite: error: {db} holds several studies (adhoc, zoo); name one: suite report STUDY"]
+
+
+def test_status_shows_failures_by_cause(tmp_path, capsys):
+    from suite.store import ResultsStore
+    from tests.test_store import make_record
+
+    db = tmp_path / "s.db"
+    with ResultsStore(db) as store:
+        store.save_trial(make_record(0))
+        store.save_trial(make_record(1, status="failed", failure_kind="timeout", error="Timeout", attempts=2))
+        store.save_trial(make_record(3, status="failed", failure_kind="exception", error="ValueError"))
+    assert main(["status", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "not ok, by cause" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("quick")]
+    assert ["quick", "failed", "exception", "1", "0"] in rows and ["quick", "failed", "timeout", "1", "1"] in rows

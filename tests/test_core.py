@@ -4,8 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-from suite.algorithms.core import Diverged, GradientStepper, RewardNormalizer, compute_gae
+from suite.algorithms.core import (
+    ArrayObsStore,
+    Buffer,
+    Diverged,
+    FrameObsStore,
+    GradientStepper,
+    RewardNormalizer,
+    compute_gae,
+    resolve_obs_storage_dtype,
+)
 from suite.config import Schedule
+from suite.errors import UserError
 
 
 def test_gae_constant_value_closed_form():
@@ -70,3 +80,107 @@ def test_gradient_stepper_flags_non_finite_loss():
     stepper = GradientStepper([w], Schedule("constant", 1e-3, 1e-3), max_grad_norm=0.5)
     with pytest.raises(Diverged):
         stepper.step(w.sum() * float("nan"))
+
+
+# -- GAE in chunks ----------------------------------------------------------------------------------------
+def _gae_reference(rewards, values, dones, last_values, gamma, lam, delta_weights=None):
+    """The per-step loop the suite used before chunking (kept here as the oracle)."""
+    adv = np.zeros_like(rewards, dtype=np.float32)
+    last = np.zeros(rewards.shape[1:], dtype=np.float32)
+    next_values = last_values.astype(np.float32)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        non_terminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_values * non_terminal - values[t]
+        if delta_weights is not None:
+            delta = delta * delta_weights[t]
+        last = delta + gamma * lam * non_terminal * last
+        adv[t] = last
+        next_values = values[t]
+    return adv
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 3, 7, 64, 200])
+def test_gae_is_bitwise_the_same_for_every_chunk_size(chunk):
+    rng = np.random.default_rng(0)
+    T, N = 64, 5
+    rewards = rng.normal(size=(T, N)).astype(np.float32)
+    values = rng.normal(size=(T, N)).astype(np.float32)
+    dones = (rng.random((T, N)) < 0.1).astype(np.float32)
+    last = rng.normal(size=N).astype(np.float32)
+    weights = rng.random((T, N)).astype(np.float32)
+    for w in (None, weights):
+        adv, ret = compute_gae(rewards, values, dones, last, 0.99, 0.95, delta_weights=w, chunk=chunk)
+        np.testing.assert_array_equal(adv, _gae_reference(rewards, values, dones, last, 0.99, 0.95, w))
+        np.testing.assert_array_equal(ret, (adv + values).astype(np.float32))
+
+
+# -- storage ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_frame_store_keeps_each_frame_once_and_rebuilds_the_exact_stacks(backend):
+    """Stacks of 4 frames sharing 3 with the previous step are stored as one new frame; a reset (any stack that
+    does not continue the previous one) stores all 4; gathering rebuilds every stack exactly."""
+    T, N, S = 6, 3, 4
+    rng = np.random.default_rng(0)
+    frames = [[rng.integers(0, 256, (5, 5), dtype=np.uint8) for _ in range(S)] for _ in range(N)]
+    stacks = np.zeros((T, N, S, 5, 5), dtype=np.uint8)
+    for t in range(T):
+        for n in range(N):
+            if t == 3 and n == 1:  # env 1 resets at t=3: a stack of one repeated first frame, no shared history
+                first = rng.integers(0, 256, (5, 5), dtype=np.uint8)
+                frames[n] = [first] * S
+            elif t > 0:
+                frames[n] = frames[n][1:] + [rng.integers(0, 256, (5, 5), dtype=np.uint8)]
+            stacks[t, n] = np.stack(frames[n])
+    store = FrameObsStore(T, N, (S, 5, 5), backend)
+    for t in range(T):
+        store.put(t, torch.from_numpy(stacks[t]))
+    # t=0: 4 frames per env; then 1 per env and step, except env 1's reset (4)
+    assert store.used == N * S + (T - 1) * N + (S - 1)
+    idx = torch.randperm(T * N)
+    np.testing.assert_array_equal(store.batch(idx).numpy(), stacks.reshape(T * N, S, 5, 5)[idx.numpy()])
+    np.testing.assert_array_equal(store.at(4).numpy(), stacks[4])
+    np.testing.assert_array_equal(store.tensor().numpy(), stacks)  # the public API's (T, N, *shape) view
+    assert tuple(store.shape) == stacks.shape and store[4, 1].equal(torch.from_numpy(stacks[4, 1]))
+    assert store.used * 5 * 5 < stacks.nbytes / 2  # the frames held (the index rows are 8 bytes a slot)
+
+
+def test_frame_store_grows_past_its_first_guess():
+    store = FrameObsStore(4, 2, (4, 3, 3), "numpy")
+    rng = np.random.default_rng(1)
+    stacks = rng.integers(0, 256, (4, 2, 4, 3, 3), dtype=np.uint8)  # nothing chains: every step stores 4 frames
+    for t in range(4):
+        store.put(t, torch.from_numpy(stacks[t]))
+    assert store.used == 4 * 2 * 4
+    np.testing.assert_array_equal(store.batch(torch.arange(8)).numpy(), stacks.reshape(8, 4, 3, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_array_store_reads_as_the_public_apis_tensor(dtype):
+    """API 1.0 promised ``Rollout.obs`` as a ``(T, N, *shape)`` tensor: shape, reshape and indexing still work."""
+    x = torch.randn(5, 3, 4)
+    store = ArrayObsStore(5, 3, (4,), dtype, "numpy")
+    for t in range(5):
+        store.put(t, x[t])
+    want = x.to(dtype).float()
+    assert tuple(store.shape) == (5, 3, 4) and store.tensor().dtype == torch.float32
+    assert store.reshape(15, 4).equal(want.reshape(15, 4)) and store[2].equal(want[2])
+    assert store.batch(torch.arange(15)).equal(want.reshape(15, 4))
+
+
+def test_obs_storage_dtype_resolution_and_errors():
+    assert resolve_obs_storage_dtype("auto", image=True) == "uint8"
+    assert resolve_obs_storage_dtype("auto", image=False) == "float32"
+    assert resolve_obs_storage_dtype("float16", image=False) == "float16"
+    with pytest.raises(UserError, match="needs image observations"):
+        resolve_obs_storage_dtype("uint8", image=False)
+    with pytest.raises(UserError, match="one of"):
+        resolve_obs_storage_dtype("int4", image=True)
+
+
+def test_buffer_backends_share_one_allocation():
+    for backend in ("numpy", "torch"):
+        buf = Buffer((3, 2), torch.float32, backend)
+        buf.put(1, np.array([1.5, 2.5], dtype=np.float32))
+        buf.put(2, torch.tensor([3.0, 4.0]))
+        assert buf.t.data_ptr() == buf.np.ctypes.data
+        np.testing.assert_array_equal(buf.np, [[0, 0], [1.5, 2.5], [3, 4]])

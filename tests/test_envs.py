@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from suite.envs import (
     EnvSpec,
@@ -81,11 +82,75 @@ def test_list_envs_and_specs() -> None:
     assert EnvSpec(**{**as_json, "default_kwargs": as_json["default_kwargs"]}).as_dict() == text.as_dict()
 
 
-def test_unknown_id_lists_allowed_ids() -> None:
-    with pytest.raises(UserError, match=r"unknown env id 'Pong-v0'; allowed: CartPole-v1, .*TextMatch-v0"):
-        get_env_spec("Pong-v0")
-    with pytest.raises(UserError, match="unknown env id"):
-        make_vec_env("Pong-v0", 2)
+def test_unknown_id_lists_allowed_ids_and_close_gymnasium_ids() -> None:
+    with pytest.raises(
+        UserError,
+        match=r"^unknown env id 'Acrobot-v9'; allowed: CartPole-v1, .*TextMatch-v0, or any registered gymnasium id; "
+        r"did you mean 'Acrobot-v1'\?$",
+    ):
+        get_env_spec("Acrobot-v9")
+    with pytest.raises(UserError, match="unknown env id 'NoSuchEnv-v0'; allowed: .*gymnasium id$"):
+        make_vec_env("NoSuchEnv-v0", 2)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "expected"),
+    [
+        ("Acrobot-v1", ("classic", "discrete", "vector", 500, -100.0)),
+        ("MountainCarContinuous-v0", ("classic", "box", "vector", 999, 90.0)),
+        ("Pendulum-v1", ("classic", "box", "vector", 200, None)),
+        ("ALE/Breakout-v5", ("atari", "discrete", "image", 27000, None)),  # 108000 frames / 4 frames per step
+    ],
+)
+def test_any_gymnasium_id_gets_an_inferred_spec(env_id: str, expected: tuple[Any, ...]) -> None:
+    spec = get_env_spec(env_id)
+    assert (spec.family, spec.action_space, spec.observation, spec.max_episode_steps, spec.threshold) == expected
+    assert spec is get_env_spec(env_id)  # inferred once per process
+    assert env_id not in {s.id for s in list_envs()}  # usable, not listed
+
+
+def test_an_inferred_env_runs_through_the_vector_env_contract() -> None:
+    envs = make_vec_env("Acrobot-v1", 2, vectorization="sync")
+    try:
+        first, _ = _rollout(envs, 7, 5)
+        second, _ = _rollout(envs, 7, 5)
+        assert first.shape == (6, 2, 6) and np.array_equal(first, second)
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "match"),
+    [
+        ("FrozenLake-v1", r"the suite cannot run 'FrozenLake-v1': observation space Discrete\(16\)"),
+        ("Blackjack-v1", "the suite cannot run 'Blackjack-v1': observation space Tuple"),
+    ],
+)
+def test_gymnasium_ids_the_suite_cannot_run_are_one_line_user_errors(env_id: str, match: str) -> None:
+    with pytest.raises(UserError, match=match) as err:
+        get_env_spec(env_id)
+    assert "\n" not in str(err.value)
+
+
+def test_a_gymnasium_id_without_an_episode_limit_is_refused() -> None:
+    gym.register("SuiteNoLimit-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    try:
+        with pytest.raises(UserError, match="its gymnasium registration has no episode limit"):
+            get_env_spec("SuiteNoLimit-v0")
+    finally:
+        gym.registry.pop("SuiteNoLimit-v0")
+
+
+def test_env_spec_validates_and_round_trips_new_fields() -> None:
+    spec = EnvSpec("X-v0", "other", "box", "vector", 10, random_score=0.0, reference_score=1.0, budgets={"quick": 5})
+    assert spec.normalised and dict(spec.budgets) == {"quick": 5}
+    with pytest.raises(TypeError):
+        spec.budgets["quick"] = 6  # type: ignore[index]
+    assert EnvSpec(**json.loads(json.dumps(spec.as_dict()))) == spec
+    with pytest.raises(ValueError, match="max_episode_steps must be a positive int"):
+        EnvSpec("X-v0", "other", "box", "vector", 0)
+    with pytest.raises(ValueError, match="action_space must be 'discrete' or 'box'"):
+        EnvSpec("X-v0", "other", "multi", "vector", 10)
 
 
 def test_resolve_env_kwargs() -> None:
@@ -404,3 +469,145 @@ def test_cartpole_speed_report_smoke(capsys: pytest.CaptureFixture[str]) -> None
         rates[vectorization] = 64 * n_steps / (time.perf_counter() - start)
     with capsys.disabled():
         print(f"\nCartPole-v1 x64 env-steps/s: numpy adapter {rates['auto']:,.0f}, sync {rates['sync']:,.0f}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numpy twins of SyncVectorEnv (the hot path's fast envs): the same values, bit for bit
+
+
+def _sync_reference(env_id: str, n: int, kwargs: dict[str, Any], cap: int | None) -> SeededVectorEnv:
+    from functools import partial
+
+    from suite.envs import make_single_env, resolve_env_kwargs
+
+    fns = [partial(make_single_env, env_id, resolve_env_kwargs(env_id, kwargs), True, cap) for _ in range(n)]
+    return SeededVectorEnv(SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "cap", "n_steps"),
+    [
+        ("CartPole-v1", {}, None, 1200),  # random play: terminations, several resets per env
+        ("CartPole-v1", {}, 9, 200),  # the suite's cap: truncations (grpo's max_episode_steps)
+        ("TextMatch-v0", {"target": "hello"}, None, 40),
+        ("TextMatch-v0", {"language": "code", "target": "12345"}, 3, 20),
+    ],
+)
+def test_numpy_twins_equal_sync_vector_env(env_id: str, kwargs: dict[str, Any], cap: int | None, n_steps: int) -> None:
+    n = 5
+    fast = make_vec_env(env_id, n, vectorization="sync", env_kwargs=kwargs, max_episode_steps=cap)
+    ref = _sync_reference(env_id, n, kwargs, cap)
+    assert type(fast.unwrapped).__name__ in ("SeededCartPole", "VectorTextMatch")
+    seeds = [11, 11, 12, 13, 2**30 + 5]
+    o1, _ = fast.reset(seed=seeds)
+    o2, _ = ref.reset(seed=seeds)
+    np.testing.assert_array_equal(o1, o2)
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(n_steps):
+        a = rng.integers(0, fast.single_action_space.n, size=n)
+        r1, r2 = fast.step(a), ref.step(a)
+        for x, y in zip(r1[:4], r2[:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+            assert x.dtype == y.dtype
+        for got, want in zip(finished_episodes(r1[4], n), finished_episodes(r2[4], n), strict=True):
+            np.testing.assert_array_equal(got, want)
+        m1, f1 = final_observations(r1[4], n)
+        m2, f2 = final_observations(r2[4], n)
+        np.testing.assert_array_equal(m1, m2)
+        if m1.any():
+            np.testing.assert_array_equal(f1[m1], f2[m2])
+            ended += int(m1.sum())
+    assert ended >= n  # every env ended at least once on average
+    o1, _ = fast.reset(seed=3)  # an int seed is seed + k, as in SyncVectorEnv
+    o2, _ = ref.reset(seed=3)
+    np.testing.assert_array_equal(o1, o2)
+
+
+class _GymCartPoleSameStep(SeededVectorEnv):
+    """The oracle for ``auto`` CartPole (the suite's adapter before the numpy twin replaced it): SAME_STEP autoreset
+    and episode statistics on gymnasium's own numpy ``CartPoleVectorEnv``.
+
+    The inner env only implements NEXT_STEP autoreset (it resets a done env on the following ``step`` and
+    returns a dummy transition). After each inner step this adapter captures the final obs of the envs that
+    ended, re-samples their state from the inner env's ``np_random`` within its reset bounds (as the inner
+    reset does), zeroes their step counters and clears ``prev_done`` so the inner env never resets by itself.
+    Everything is vectorised numpy; the info layout matches ``SyncVectorEnv`` + ``RecordEpisodeStatistics``
+    (without the wall-time field), except that ``info["final_obs"]`` is a float32 ``(n_envs, 4)`` array
+    rather than an object array. Read it through :func:`final_observations`.
+    """
+
+    def __init__(self, env: VectorEnv) -> None:
+        super().__init__(env)
+        self._inner: Any = env.unwrapped  # CartPoleVectorEnv; its state arrays are edited in place
+        n = env.num_envs
+        self._returns = np.zeros(n, dtype=np.float64)
+        self._lengths = np.zeros(n, dtype=np.int64)
+        self.metadata = {**env.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset all envs; only an int seed (or None) is supported by the numpy CartPole."""
+        if seed is not None and not isinstance(seed, int | np.integer):
+            raise UserError(
+                "CartPole-v1 with vectorization='auto' takes an int reset seed only; "
+                "use vectorization='sync' for per-env seed lists"
+            )
+        obs, info = super().reset(seed=None if seed is None else int(seed), options=options)
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        return obs, info
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step all envs; ended rows of obs are already reset, their last obs is in ``info["final_obs"]``."""
+        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        inner = self._inner
+        self._returns += reward
+        self._lengths += 1
+        done = terminated | truncated
+        info: dict[str, Any] = {}
+        if done.any():
+            idx = np.flatnonzero(done)
+            final_obs = obs.copy()  # rows of envs that did not end are their current obs (documented as arbitrary)
+            fresh = inner.np_random.uniform(low=inner.low, high=inner.high, size=(4, idx.size))
+            inner.state[:, idx] = fresh
+            inner.steps[idx] = 0
+            obs[idx] = fresh.T  # obs is a fresh float32 copy of the inner state, safe to edit
+            episode = {"r": self._returns * done, "_r": done, "l": self._lengths * done, "_l": done}
+            info = {
+                "final_obs": final_obs,
+                "_final_obs": done,
+                "final_info": {"episode": episode, "_episode": done},
+                "_final_info": done,
+            }
+            self._returns[idx] = 0.0
+            self._lengths[idx] = 0
+        inner.prev_done.fill(False)  # the inner env must never run its own NEXT_STEP reset
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("cap", [None, 7])
+def test_auto_cartpole_equals_gymnasiums_vector_env_made_same_step(cap: int | None) -> None:
+    n = 6
+    inner = gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point", max_episode_steps=cap or 500)
+    ref = _GymCartPoleSameStep(inner)
+    fast = make_vec_env("CartPole-v1", n, max_episode_steps=cap)
+    np.testing.assert_array_equal(fast.reset(seed=5)[0], ref.reset(seed=5)[0])
+    rng = np.random.default_rng(1)
+    ended = 0
+    for _ in range(400):
+        a = rng.integers(0, 2, size=n)
+        r1, r2 = fast.step(a), ref.step(a)
+        for x, y in zip(r1[:4], r2[:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+            assert x.dtype == y.dtype
+        for got, want in zip(finished_episodes(r1[4], n), finished_episodes(r2[4], n), strict=True):
+            np.testing.assert_array_equal(got, want)
+        m1, f1 = final_observations(r1[4], n)
+        m2, f2 = final_observations(r2[4], n)
+        np.testing.assert_array_equal(m1, m2)
+        if m1.any():
+            np.testing.assert_array_equal(f1[m1], f2[m2])
+            ended += int(m1.sum())
+    assert ended > n

@@ -327,7 +327,8 @@ def test_learns_to_write_hello() -> None:
 
 
 def test_learns_cartpole_ci_sized() -> None:
-    rec = run_trial(TrialSpec("grpo", "CartPole-v1", 0, 15_000, n_eval_episodes=5).resolve())
+    # 25k: at 15k the final evaluation spreads 68-311 over seeds 0-9 (version 1.2.0), 202 for seed 0 at 25k
+    rec = run_trial(TrialSpec("grpo", "CartPole-v1", 0, 25_000, n_eval_episodes=5).resolve())
     assert rec["status"] == "ok", rec["error"]
     assert rec["final_eval_mean"] > 150  # random policy: about 22
 
@@ -354,15 +355,54 @@ def test_budget_cuts_the_last_batch_to_its_complete_groups() -> None:
 def test_episodes_cut_by_the_suite_cap_stay_out_of_the_curve() -> None:
     """A cap below the env's limit makes partial episodes (Pong games cut at 1000 steps): trained on, counted in
     the trial's metrics, but not recorded as finished episodes (the curve holds whole episodes only)."""
-    overrides = {"group_size": 4, "n_groups": 4, "max_episode_steps": 12}
+    from suite.trial import seed_everything
+
+    overrides = {"group_size": 4, "n_groups": 4, "max_episode_steps": 20}
+    seed_everything(1, 1)  # the policy's initial weights: independent of the tests run before
     ctx = TrialContext(TrialSpec("grpo", "CartPole-v1", 1, 10_000, overrides=overrides).resolve())
     try:
         trainer = GRPOTrainer(ctx, ctx.resolved.config)
         batch = trainer.collector.collect()
-        partial = batch.truncated & (batch.lengths == 12)
+        partial = batch.truncated & (batch.lengths == 20)
         assert partial.any() and not partial.all()
-        assert ctx.metrics == {"episode_cap": 12, "capped_episodes": int(partial.sum())}
+        assert ctx.metrics == {"episode_cap": 20, "capped_episodes": int(partial.sum())}
         assert sorted(ctx.curve_length) == sorted(batch.lengths[~partial].tolist())
         assert ctx.steps == batch.lengths.sum()  # trained on (and counted) all the same
     finally:
         ctx.close()
+
+
+# -- memory toggles ---------------------------------------------------------------------------------------
+def _grpo_slice(overrides: dict, updates: int = 2):
+    from suite.algorithms.grpo import batch_advantages
+    from suite.trial import seed_everything
+
+    resolved = TrialSpec("grpo", "CartPole-v1", 2, 10**6, overrides=overrides).resolve()
+    seed_everything(2, 1)
+    ctx = TrialContext(resolved)
+    try:
+        trainer = GRPOTrainer(ctx, resolved.config)
+        metrics = []
+        for _ in range(updates):
+            batch, _ = trainer.collect()
+            adv = batch_advantages(batch, trainer.cfg.supervision, trainer.cfg.reward_scaling)
+            metrics.append(trainer.update(batch, adv, progress=0.1))
+        return trainer.stepper.flat.data.clone(), metrics, ctx.curve_return
+    finally:
+        ctx.close()
+
+
+def test_rollout_storage_toggle_leaves_grpo_bitwise_unchanged() -> None:
+    a, b = _grpo_slice({}), _grpo_slice({"rollout_storage": "torch"})
+    assert torch.equal(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]
+
+
+def test_grad_accumulation_gives_grpos_minibatch_gradient_within_float_rounding() -> None:
+    """The steps of each minibatch in 3 slices with the minibatch's aggregation weights (DAPO's token mean too):
+    the same update up to float summation order, and the same metrics."""
+    for base in ({"n_minibatches": 2}, {"n_minibatches": 2, "loss_agg": "dapo"}):
+        (pa, ma, _), (pb, mb, _) = _grpo_slice(base, updates=1), _grpo_slice({**base, "grad_accumulation": 3}, updates=1)
+        assert not torch.equal(pa, pb)
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=2e-6)
+        for key in ("policy_loss", "kl_ref", "clip_fraction", "entropy", "grad_norm"):
+            assert mb[0][key] == pytest.approx(ma[0][key], rel=1e-4, abs=1e-7), key

@@ -78,8 +78,10 @@ def test_collection_counts_only_real_steps_and_one_episode_per_trajectory():
     rec = run_trial(TrialSpec("grpo-pairwise", "CartPole-v1", 0, 1000, n_eval_episodes=2).resolve())
     assert rec["status"] == "ok", rec["traceback"]
     full = [u for u in rec["updates"] if u["episodes"] == 8]
-    assert len(full) >= len(rec["updates"]) - 1  # only the batch the budget cut may hold fewer (whole groups of 4)
-    assert all(u["episodes"] % 4 == 0 for u in rec["updates"])
+    assert len(full) >= len(rec["updates"]) - 1  # only the batch the budget cut may hold fewer
+    # ... but at least one group of 4 (the loss forms whole random groups of the episodes that finished; any
+    # remainder is left out of it: PairwiseTrainer.loss)
+    assert all(u["episodes"] >= 4 for u in rec["updates"])
     n = 8 * len(full)
     assert [u["return_mean"] for u in full] == pytest.approx(
         [np.mean(rec["curve"]["return"][8 * k : 8 * k + 8]) for k in range(len(full))]

@@ -73,7 +73,7 @@ def test_target_kl_stops_before_the_offending_step():
 def test_phases_are_timed_and_add_up_to_training_time():
     rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 512, n_eval_episodes=2).resolve())
     phases = rec["phases"]
-    assert set(phases) == {"rollout", "advantages", "update", "eval"}
+    assert set(phases) == {"rollout", "advantages", "update", "eval", "setup"}  # setup: memory only (calls 0)
     assert phases["rollout"]["calls"] == phases["advantages"]["calls"] == phases["update"]["calls"] == 2
     assert phases["eval"]["calls"] == len(rec["evals"])
     train = sum(phases[p]["time_s"] for p in ("rollout", "advantages", "update"))
@@ -119,3 +119,89 @@ def test_ppo_learns_textmatch_hello():
 def test_ppo_zoo_cartpole_reaches_475_within_100k(seed):
     rec = run_trial(TrialSpec("ppo", "CartPole-v1", seed, 100_000).resolve())
     assert rec["final_eval_mean"] >= 475
+
+
+# -- the memory toggles (suite profile memory --toggle NAME=VALUE drives them) -------------------------------------
+def _train_slice(algo, env_id, overrides, updates):
+    """Seeded trainer, ``updates`` rollouts + updates (no evaluation): (parameters, per-update metrics, trainer)."""
+    from suite.registry import get_algorithm
+    from suite.trial import TrialContext, seed_everything
+
+    resolved = TrialSpec(algo, env_id, 3, 10**6, overrides=overrides).resolve()
+    seed_everything(3, 1)
+    ctx = TrialContext(resolved)
+    try:
+        trainer_cls = {"ppo": "PPOTrainer", "ppo-rlvr-prm": "RlvrPrmTrainer"}[algo]
+        module = __import__(get_algorithm(algo).train.__module__, fromlist=[trainer_cls])
+        trainer = getattr(module, trainer_cls)(ctx, resolved.config)
+        metrics = []
+        for _ in range(updates):
+            rollout = trainer.collector.collect()
+            adv, ret = trainer.advantages(rollout)
+            metrics.append(trainer.update(rollout, adv, ret, progress=0.1))
+        return trainer.stepper.flat.data.clone(), metrics, ctx
+    finally:
+        ctx.close()
+
+
+PONG_SMALL = {"n_envs": 2, "n_steps": 32, "batch_size": 32}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "base", "toggle"),
+    [
+        ("CartPole-v1", {}, {"rollout_storage": "torch"}),
+        ("CartPole-v1", {}, {"gae_chunk": 5}),
+        ("LunarLander-v3", {"n_envs": 2, "n_steps": 64}, {"gae_chunk": 16, "rollout_storage": "torch"}),
+        ("ALE/Pong-v5", PONG_SMALL, {"obs_storage_dtype": "float32"}),  # SB3's layout vs frames kept once
+        ("ALE/Pong-v5", PONG_SMALL, {"obs_storage_dtype": "float16"}),
+        ("ALE/Pong-v5", PONG_SMALL, {"rollout_storage": "torch"}),
+    ],
+)
+def test_exact_memory_toggles_leave_training_bitwise_unchanged(env_id, base, toggle):
+    params_a, metrics_a, ctx_a = _train_slice("ppo", env_id, base, updates=2)
+    params_b, metrics_b, ctx_b = _train_slice("ppo", env_id, {**base, **toggle}, updates=2)
+    assert torch.equal(params_a, params_b)
+    assert metrics_a == metrics_b
+    assert ctx_a.curve_return == ctx_b.curve_return and ctx_a.steps == ctx_b.steps
+
+
+@pytest.mark.parametrize(
+    ("algo", "env_id", "base"),
+    [
+        ("ppo", "CartPole-v1", {}),
+        ("ppo-rlvr-prm", "CartPole-v1", {"n_envs": 4, "n_steps": 32, "batch_size": 64}),
+        ("ppo", "ALE/Pong-v5", PONG_SMALL),
+    ],
+)
+def test_grad_accumulation_gives_the_minibatch_gradient_within_float_rounding(algo, env_id, base):
+    """k micro-batches per minibatch step sum to the minibatch's gradient: after one update on the same rollout the
+    parameters agree to ~1e-6 (float32 summation order), on the hand-derived path (ppo, CartPole) and on
+    autograd (ppo-rlvr-prm's double backward; the CNN)."""
+    params_a, metrics_a, _ = _train_slice(algo, env_id, base, updates=1)
+    params_b, metrics_b, _ = _train_slice(algo, env_id, {**base, "grad_accumulation": 4}, updates=1)
+    assert not torch.equal(params_a, params_b)  # a different summation order, not a no-op
+    torch.testing.assert_close(params_b, params_a, rtol=1e-5, atol=2e-6)
+    for key in ("policy_loss", "value_loss", "approx_kl", "clip_fraction", "grad_norm"):
+        assert metrics_b[0][key] == pytest.approx(metrics_a[0][key], rel=1e-4, abs=1e-6), key
+
+
+def test_float16_vector_storage_stays_within_its_rounding():
+    """float16 keeps vector observations to ~3 significant digits (the policy also acts on the rounded inputs):
+    the first rollout's actions are unchanged here and one update moves the parameters by the same amount to
+    within 1e-3 of that move."""
+    start, _, _ = _train_slice("ppo", "CartPole-v1", {}, updates=0)
+    params_a, metrics_a, ctx_a = _train_slice("ppo", "CartPole-v1", {}, updates=1)
+    params_b, metrics_b, ctx_b = _train_slice("ppo", "CartPole-v1", {"obs_storage_dtype": "float16"}, updates=1)
+    assert ctx_a.curve_return == ctx_b.curve_return
+    move = (params_a - start).norm()
+    assert float((params_b - params_a).norm()) < 1e-3 * float(move)
+
+
+def test_uint8_storage_of_vector_observations_is_a_user_error():
+    from suite.errors import UserError
+
+    with pytest.raises(UserError, match="needs image observations"):
+        TrialSpec("ppo", "CartPole-v1", 0, 100, overrides={"obs_storage_dtype": "uint8"}).resolve()
+    with pytest.raises(UserError, match="grad_accumulation"):
+        TrialSpec("ppo", "CartPole-v1", 0, 100, overrides={"grad_accumulation": 0}).resolve()

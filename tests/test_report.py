@@ -20,7 +20,7 @@ import pytest
 from suite.cli import main
 from suite.errors import UserError
 from suite.report import write_report, write_tensorboard
-from suite.report.build import compact_ranges, default_poi_reps, tier_of
+from suite.report.build import compact_ranges, default_poi_reps, tier_of, training_curve_label
 from suite.report.display import (
     Cell,
     Column,
@@ -49,7 +49,7 @@ EXPECTED_TABLES = (
 )  # fmt: skip
 EXPECTED_FIGURES = (
     "learning_curves", "training_curves", "final_scores", "aggregate", "performance_profile",
-    "probability_of_improvement", "speed_memory",
+    "probability_of_improvement", "speed_memory", "memory_phases",
 )  # fmt: skip
 
 
@@ -223,6 +223,7 @@ def test_csv_tables_equal_the_statistics_functions(report_dir: Path, trials: pd.
         "stability": st.stability_table(trials, curves, evals, updates),
         "speed_memory": st.speed_memory_table(trials, evals),
     }
+    expected["stability"]["train_curve"] = "whole episodes"  # no algorithm here caps its training episodes
     for name, frame in expected.items():
         assert_frames_equal(read_csv(report_dir, name), frame.reset_index(drop=True))
     matrix = pd.read_csv(report_dir / "tables" / "probability_of_improvement_matrix.csv", index_col=0)
@@ -289,6 +290,16 @@ def test_states_budget_tier_seeds_and_reps(report_dir: Path) -> None:
     assert budgets.loc[("ppo", "CartPole-v1"), "tier"] == "smoke"
     assert budgets.loc[("ppo", "CartPole-v1"), "seeds"] == "0-2, 7"  # the failed trial ran too
     assert budgets.loc[(VARIANT, "TextMatch-v0"), "n_seeds"] == 2
+    # Steps actually trained next to the budget: every ok trial stops exactly at its budget.
+    assert budgets.loc[(VARIANT, "TextMatch-v0"), "steps"] == budgets.loc[(VARIANT, "TextMatch-v0"), "budget"] == "2,048"
+    assert set(budgets["train_curve"]) == {"whole episodes"}
+    assert "Steps trained" in md and "Training curve" in md
+
+
+def test_training_curve_label_says_which_episodes_a_curve_holds() -> None:
+    assert training_curve_label([{}, None, {"sample_diversity": 1.0}]) == "whole episodes"
+    capped = [{"episode_cap": 1000, "capped_episodes": 3}, {"episode_cap": 1000, "capped_episodes": 4}]
+    assert training_curve_label(capped) == "capped at 1000 steps (7 partial episodes left out)"
 
 
 # ------------------------------------------------------------------------------------ escaping, failures

@@ -11,6 +11,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from stable_baselines3 import PPO
+from torch import nn
 
 import suite.trial as trial_mod
 from suite.algorithms import sb3
@@ -56,11 +58,11 @@ def test_lin_schedule_means_what_it_means_in_the_zoo():
     ov = sb3.zoo_entry_to_overrides("ppo", "CartPole-v1", {"learning_rate": "lin_0.001", "clip_range": "lin_0.2"})
     cfg = get_algorithm("sb3-ppo").make_config("CartPole-v1", ov)
     assert cfg.learning_rate == Schedule("linear", 0.001, 0.0)
-    sb3_lr = sb3._sb3_schedule(cfg.learning_rate)
+    sb3_lr = sb3.sb3_schedule(cfg.learning_rate)
     # rl_zoo3 linear_schedule(x)(progress_remaining) = progress_remaining * x
     for remaining in (1.0, 0.75, 0.5, 0.0):
         assert sb3_lr(remaining) == pytest.approx(remaining * 0.001)
-    assert sb3._sb3_schedule(Schedule("constant", 3e-4, 3e-4)) == 3e-4
+    assert sb3.sb3_schedule(Schedule("constant", 3e-4, 3e-4)) == 3e-4
     with pytest.raises(UserError, match="bad schedule 'lin_x'"):
         sb3.zoo_entry_to_overrides("ppo", "CartPole-v1", {"learning_rate": "lin_x"})
     with pytest.raises(UserError, match="!!float"):
@@ -136,7 +138,7 @@ def test_every_yml_entry_builds_a_config_for_every_env_it_lists():
                 sb3.sb3_kwargs(sb3.FLAVOURS[algo], cfg, gym.spaces.Box(-1, 1, (3,)))  # every config converts
                 assert sb3.zoo_budget(algo, env_id) == int(table[key]["n_timesteps"])
                 built += 1
-    assert built == 5 + 5 + 4 + 1 + 1
+    assert built == 6 + 5 + 4 + 1 + 1  # ppo.yml also has the zoo's Acrobot-v1 entry (examples/reinforce)
 
 
 def test_configs_carry_the_zoo_values_of_published_md():
@@ -167,7 +169,7 @@ def test_configs_carry_the_zoo_values_of_published_md():
     assert (a2c.n_envs, a2c.gamma, a2c.n_steps, a2c.ent_coef) == (8, 0.995, 5, 1e-5)
     assert a2c.learning_rate == Schedule("linear", 0.00083, 0.0)
     kw = sb3.policy_kwargs(sb3.FLAVOURS["ppo"], hop)
-    assert kw["net_arch"] == {"pi": [256, 256], "vf": [256, 256]} and kw["activation_fn"] is sb3.nn.ReLU
+    assert kw["net_arch"] == {"pi": [256, 256], "vf": [256, 256]} and kw["activation_fn"] is nn.ReLU
 
 
 @pytest.mark.parametrize("algo", list(sb3.FLAVOURS))
@@ -312,7 +314,7 @@ def test_pong_reaches_sb3_through_the_suites_atari_pipeline_unwrapped():
     try:
         cfg = resolved.config
         venv = sb3.SuiteVecEnv(ctx.make_envs(cfg.n_envs), ctx)
-        model = sb3.PPO(cfg.policy, venv, device="cpu", **sb3.sb3_kwargs(sb3.FLAVOURS["ppo"], cfg, venv.action_space))
+        model = PPO(cfg.policy, venv, device="cpu", **sb3.sb3_kwargs(sb3.FLAVOURS["ppo"], cfg, venv.action_space))
         assert model.env is venv and cfg.policy == "CnnPolicy"
         assert model.observation_space.shape == (4, 84, 84) and model.observation_space.dtype == np.uint8
         obs = venv.reset()

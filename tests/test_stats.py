@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from pandas.testing import assert_frame_equal
 
 from suite import stats as st
 from suite.errors import UserError
@@ -89,9 +90,13 @@ def test_env_reference_text_match_agrees_with_env_module() -> None:
         assert ref.reference_score == pytest.approx(len(target) * textmatch.MATCH_REWARD)
 
 
-def test_env_reference_unknown_env_and_language_are_user_errors() -> None:
-    with pytest.raises(UserError, match="no reference data for env 'Walker2d-v5'.*CartPole-v1"):
-        st.env_reference("Walker2d-v5")
+def test_env_without_reference_data_is_not_normalised_and_a_bad_language_is_a_user_error() -> None:
+    walker = st.env_reference("Walker2d-v5")  # any gymnasium id: spec inferred, no scores anywhere
+    assert not walker.normalised and np.isnan(walker.normalise(1000.0))
+    assert np.isnan(walker.threshold) and "not normalised: no random and reference scores for Walker2d-v5" in walker.source
+    acrobot = st.env_reference("Acrobot-v1")  # not built in, but envs.toml has its numbers
+    assert acrobot.normalised and (acrobot.threshold, acrobot.reference_score) == (-100.0, pytest.approx(-73.506))
+    assert st.env_reference("MountainCarContinuous-v0").threshold == 90.0  # gymnasium's reward_threshold
     with pytest.raises(UserError, match="language 'klingon'"):
         st.env_reference("TextMatch-v0", {"language": "klingon"})
 
@@ -269,6 +274,23 @@ def test_bad_inputs_are_user_errors() -> None:
         st.final_score_table(trials.assign(final_eval_mean=float("nan")), reps=REPS)
 
 
+def test_an_env_without_scores_is_left_out_of_aggregates_and_has_no_threshold() -> None:
+    trials = make_trials()
+    walker = trials[trials["env_id"] == "CartPole-v1"].assign(env_id="Walker2d-v5", env_label="Walker2d-v5", env_kwargs=None)
+    walker = walker.assign(key=walker["key"] + "/walker")
+    both = pd.concat([trials, walker], ignore_index=True)
+    pooled = ["algo", "n_envs", "envs", "iqm", "iqm_lo", "iqm_hi", "optimality_gap", "optimality_gap_lo", "optimality_gap_hi"]
+    assert_frame_equal(st.aggregate_table(both, reps=REPS)[pooled], st.aggregate_table(trials, reps=REPS)[pooled])
+    final = st.final_score_table(both, reps=REPS).set_index(["algo", "env_label"])
+    assert final.loc[("ppo", "Walker2d-v5"), "mean"] == final.loc[("ppo", "CartPole-v1"), "mean"]
+    assert np.isnan(final.loc[("ppo", "Walker2d-v5"), "norm_mean"])
+    evals = pd.DataFrame({"key": walker["key"], "step": 100, "return": walker["final_eval_mean"]})
+    efficiency = st.sample_efficiency_table(walker, evals).set_index("algo")
+    assert np.isnan(efficiency.loc["ppo", "threshold"]) and np.isnan(efficiency.loc["ppo", "steps_to_threshold_median"])
+    with pytest.raises(UserError, match="not normalised: no env of these runs \\(Walker2d-v5\\)"):
+        st.aggregate_table(walker, reps=REPS)
+
+
 def test_aggregate_and_poi_tables() -> None:
     trials = make_trials()
     agg = st.aggregate_table(trials, reps=REPS).set_index("algo")
@@ -431,3 +453,102 @@ def test_speed_memory_table() -> None:
     assert without_clock.loc[("ppo", "CartPole-v1"), "n_reached"] == 2
     one_env = trials[(trials["algo"] == "ppo") & (trials["seed"] < 2)]
     assert st.speed_memory_table(one_env, evals)["wall_time_to_threshold_s_median"].iloc[0] == pytest.approx(15.0)
+
+
+# --------------------------------------------------------------------------------- numbers that cannot lie
+
+
+NAN = float("nan")
+
+# Every public scalar statistic, called on inputs holding one NaN: NaN in gives NaN out.
+NAN_CASES = {
+    "iqm": lambda: st.iqm(np.array([1.0, 2.0, 3.0, NAN])),  # trim_mean alone would give 2.5
+    "optimality_gap": lambda: st.optimality_gap(np.array([0.5, NAN])),
+    "score_intervals": lambda: st.score_intervals(np.array([1.0, NAN, 3.0]), reps=REPS),
+    "aggregate_intervals": lambda: st.aggregate_intervals([np.array([1.0, 2.0]), np.array([NAN, 1.0])], reps=REPS),
+    "probability_of_improvement": lambda: st.probability_of_improvement([np.array([1.0, NAN])], [np.array([0.0])]),
+    "probability_of_improvement_interval": lambda: st.probability_of_improvement_interval(
+        [np.array([1.0, 2.0])], [np.array([NAN, 0.0])], reps=REPS
+    ),
+    "score_distribution": lambda: st.score_distribution(np.array([0.2, NAN]), np.array([0.0, 0.5])),
+    "performance_profile_intervals": lambda: st.performance_profile_intervals(
+        [np.array([0.2, NAN])], np.array([0.0, 0.5]), reps=REPS
+    ),
+    "welch_test": lambda: st.welch_test(np.array([1.0, NAN, 3.0]), np.array([1.0, 2.0])),
+    "mann_whitney_test": lambda: st.mann_whitney_test(np.array([1.0, NAN, 3.0]), np.array([1.0, 2.0])),
+    "cohens_d": lambda: st.cohens_d(np.array([1.0, NAN, 3.0]), np.array([1.0, 2.0])),
+    "area_under_curve": lambda: st.area_under_curve(np.array([0.0, 1.0, 2.0]), np.array([1.0, NAN, 3.0])),
+    "cvar": lambda: st.cvar(np.array([1.0, NAN, 3.0])),
+    "dispersion_across_time": lambda: st.dispersion_across_time(np.array([1.0, 2.0, NAN, 4.0, 5.0, 6.0, 7.0])),
+    "short_term_risk": lambda: st.short_term_risk(np.array([1.0, NAN, 3.0])),
+    "long_term_risk": lambda: st.long_term_risk(np.array([1.0, NAN, 3.0])),
+    "dispersion_across_runs": lambda: st.dispersion_across_runs(np.array([[1.0, 2.0], [NAN, 3.0], [4.0, 5.0]])),
+    "risk_across_runs": lambda: st.risk_across_runs(np.array([1.0, NAN, 3.0])),
+    "wall_time_to_threshold": lambda: st.wall_time_to_threshold(
+        5.0, steps=np.array([0.0, 10.0]), wall_times=np.array([0.0, NAN])
+    ),
+}
+
+
+def _all_nan(value) -> bool:
+    if isinstance(value, dict):
+        return all(_all_nan(v) for v in value.values())
+    return bool(np.all(np.isnan(np.asarray(value, dtype=float))))
+
+
+@pytest.mark.parametrize("name", sorted(NAN_CASES))
+def test_nan_in_gives_nan_out(name) -> None:
+    assert _all_nan(NAN_CASES[name]())
+
+
+def test_score_intervals_of_the_issue_are_nan_not_3() -> None:
+    intervals = st.score_intervals(np.array([1.0, NAN, 3.0]), reps=REPS)
+    assert all(math.isnan(v) for stat in ("mean", "median", "iqm") for v in intervals[stat])
+    assert st.score_intervals(np.array([1.0, 2.0, 3.0]), reps=REPS)["median"][0] == 2.0  # finite input unchanged
+
+
+def test_steps_to_threshold_refuses_nan_because_nan_means_never() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        st.eval_steps_to_threshold(np.array([0, 10, 20]), np.array([1.0, NAN, 9.0]), 5.0)
+
+
+def test_mann_whitney_is_exact_with_ties_and_few_seeds() -> None:
+    u, p = st.mann_whitney_test(np.array([100.0] * 3), np.array([500.0] * 3))
+    assert (u, p) == (0.0, pytest.approx(0.1))  # 2 of the C(6, 3) = 20 splits are as extreme; scipy's default: 0.047
+    assert scipy.stats.mannwhitneyu([100.0] * 3, [500.0] * 3).pvalue == pytest.approx(0.0469, abs=1e-4)
+    # Without ties the exact distribution is scipy's exact one.
+    assert st.mann_whitney_test(np.array([1.0, 2.0, 4.0]), np.array([3.0, 5.0, 6.0, 7.0]))[1] == pytest.approx(
+        scipy.stats.mannwhitneyu([1.0, 2.0, 4.0], [3.0, 5.0, 6.0, 7.0], method="exact").pvalue
+    )
+
+
+def test_mann_whitney_exact_equals_scipy_full_permutation_on_tied_samples() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        a = rng.integers(0, 4, size=rng.integers(2, 6)).astype(float)
+        b = rng.integers(0, 5, size=rng.integers(2, 6)).astype(float)
+        ref = scipy.stats.mannwhitneyu(a, b, method=scipy.stats.PermutationMethod(n_resamples=np.inf))
+        assert st.mann_whitney_test(a, b) == (ref.statistic, pytest.approx(ref.pvalue, abs=1e-12))
+
+
+def test_mann_whitney_large_samples_use_the_tie_corrected_normal_approximation() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=40), rng.normal(0.5, size=40)
+    assert st.mann_whitney_test(a, b)[1] == pytest.approx(scipy.stats.mannwhitneyu(a, b, method="asymptotic").pvalue)
+
+
+def test_seeds_needed_is_undefined_for_zero_or_unknown_spread() -> None:
+    assert st.seeds_needed(400.0, 0.0, 0.0) == st.UNDEFINED == "undefined"  # was 2
+    assert st.seeds_needed(1.0, NAN, 1.0) == "undefined"  # a one-run pilot has no spread estimate
+    assert st.seeds_needed(NAN, 1.0, 1.0) == "undefined"
+    assert st.seeds_needed(1.0, 0.0, 2.0) == st.seeds_needed(1.0, 2.0, 0.0)  # one spread is enough
+    assert [st.seeds_needed_text(v) for v in (17, None, "undefined")] == ["17", "> 10,000", "undefined"]
+
+
+def test_significance_table_says_undefined_for_identical_runs() -> None:
+    trials = make_trials()
+    trials.loc[trials["key"].str.startswith("ppo/CartPole-v1/") & (trials["status"] == "ok"), "final_eval_mean"] = 500.0
+    trials.loc[trials["key"].str.startswith("a2c/CartPole-v1/"), "final_eval_mean"] = 100.0
+    row = st.significance_table(trials).set_index("env_label").loc["CartPole-v1"]
+    assert row["seeds_needed_text"] == "undefined" and pd.isna(row["seeds_needed"])
+    assert row["mwu_p"] == pytest.approx(2 / math.comb(8, 4))  # 4 vs 4 all tied within groups: exact

@@ -519,3 +519,91 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_trials(tmp_path: Pa
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
+
+
+# ------------------------------------------------------------------------------- retries and run coordination
+
+
+def test_studies_failed_trials_and_attempts(tmp_path: Path) -> None:
+    env_kinds = {"worker_died": "WorkerDied: exit -9", "timeout": "Timeout: 30 s", "oom": "OOMKilled"}
+    records = [make_record(0, study="a")]
+    for i, (kind, error) in enumerate(env_kinds.items(), start=1):
+        records.append(make_record(i, study="b", status="failed", failure_kind=kind, error=error, attempts=2))
+    records.append(make_record(4, study="b", status="failed", failure_kind="exception", error="ValueError: x"))
+    records.append(make_record(5, study="b", status="diverged", failure_kind="diverged", error="Diverged: nan"))
+    records.append(make_record(6, study="b", status="failed", failure_kind=None, error="WorkerDied: code 0", attempts=None))
+    with ResultsStore(tmp_path / "f.db") as store:
+        for r in records:
+            store.save_trial(r)
+        store.add_to_study("c", [records[0]["key"]])
+        keys = [r["key"] for r in records]
+        assert store.studies() == ["a", "b", "c"]
+        env = store.failed_trials(keys, "env")
+        assert set(env) == {records[i]["key"] for i in (1, 2, 3, 6)}  # machine causes, incl. a schema-1 WorkerDied
+        assert env[records[1]["key"]] == records[1]["ended_at"]
+        assert set(store.failed_trials(keys, "all")) == {r["key"] for r in records[1:]}
+        assert set(store.failed_trials(keys[:2], "all")) == {keys[1]}  # only among the keys asked about
+        assert [store.attempts(k) for k in keys] == [1, 2, 2, 2, 1, 1, 1] and store.attempts("0" * 64 + "x") == 0
+        summary = store.failure_summary()
+        assert summary["n"].sum() == 6 and summary["retried"].sum() == 3
+
+
+def test_claims_let_each_trial_run_once_across_runs(tmp_path: Path) -> None:
+    rec = make_record(0)
+    with ResultsStore(tmp_path / "c.db") as first, ResultsStore(tmp_path / "c.db") as second:
+        run_a, run_b = first.begin_run("suite run a"), second.begin_run("suite run b")
+        assert first.claim(rec["key"], run_a).state == "claimed"
+        assert first.claim(rec["key"], run_a).state == "claimed"  # idempotent for its owner
+        busy = second.claim(rec["key"], run_b)
+        assert busy.state == "busy" and f"pid {os.getpid()}" in busy.owner and "suite run a" in busy.owner
+        assert len(second.active_runs()) == 2 and second.active_runs()["claimed"].sum() == 1
+        first.save_trial(rec)  # saving drops the claim in the same transaction
+        assert second.claim(rec["key"], run_b).state == "recorded"
+        # a recorded failure planned for a re-run: claimable while the record is the planned one
+        failed = make_record(1, status="failed", failure_kind="timeout", error="Timeout")
+        first.save_trial(failed)
+        planned = second.failed_trials([failed["key"]])[failed["key"]]
+        assert second.claim(failed["key"], run_b, rerun=planned).state == "claimed"
+        assert first.claim(failed["key"], run_a, rerun=planned).state == "busy"
+        second.save_trial(make_record(1, ended_at="2025-01-02T00:00:00.000000+00:00"))  # run b re-ran it
+        assert first.claim(failed["key"], run_a, rerun=planned).state == "recorded"  # not a second time
+        second.end_run(run_b)
+        first.end_run(run_a)
+        assert first.active_runs().empty
+
+
+def _claim_and_exit(db: str, key: str) -> None:
+    with ResultsStore(db) as store:
+        run = store.begin_run("doomed")
+        assert store.claim(key, run).state == "claimed"
+    os._exit(0)  # dies without end_run, like a SIGKILLed driver
+
+
+def test_a_dead_runs_claims_are_taken_over_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    key = make_record(0)["key"]
+    child = _SPAWN.Process(target=_claim_and_exit, args=(str(db), key))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    with ResultsStore(db) as store:
+        assert store.active_runs().empty  # the dead run is not reported as live
+        run = store.begin_run("rerun")
+        assert store.claim(key, run).state == "claimed"
+        assert store._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1  # the dead run was forgotten
+
+
+def test_a_file_without_coordination_tables_gains_them(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with ResultsStore(db) as store:
+        store.save_trial(make_record(0))
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE claims")
+    conn.execute("DROP TABLE runs")
+    conn.commit()
+    conn.close()
+    with ResultsStore(db) as store:
+        run = store.begin_run()
+        assert store.claim(make_record(1)["key"], run).state == "claimed"
+        store.save_trial(make_record(1))
+        assert len(store.finished_keys()) == 2

@@ -68,3 +68,16 @@ def test_unreadable_and_unknown_study_files(tmp_path):
     with pytest.raises(UserError, match="unknown study 'nope'"):
         load_study("nope")
     assert "default" in list_studies()
+
+
+def test_budgets_for_envs_the_tiers_do_not_list():
+    adhoc = parse_study({"envs": ["Acrobot-v1"], "algos": ["ppo"]})
+    with pytest.raises(
+        UserError,
+        match="no 'quick' budget for Acrobot-v1: neither study 'adhoc', suite/data/tiers.toml nor its env spec gives one; "
+        'pass --steps N, or add \\[budgets.quick\\] "Acrobot-v1" = N to the study file',
+    ):
+        adhoc.trials()
+    assert [t.total_timesteps for t in adhoc.trials(steps=3000, seeds=[0])] == [3000]
+    given = parse_study({"envs": ["Acrobot-v1"], "algos": ["ppo"], "budgets": {"quick": {"Acrobot-v1": 5000}}})
+    assert {t.total_timesteps for t in given.trials()} == {5000}

@@ -7,6 +7,8 @@ variant overrides only :meth:`ActorCriticTrainer.loss` and, where it has its own
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,15 +16,22 @@ import numpy as np
 import torch
 
 from suite.algorithms.core import (
+    OBS_STORAGE_DTYPES,
+    ROLLOUT_STORAGES,
+    Diverged,
     GradientStepper,
     Minibatch,
     Rollout,
     RolloutCollector,
-    check_finite_params,
+    SampleTable,
+    attach_clock,
     compute_gae,
     explained_variance,
+    micro_batches,
     net_config,
+    resolve_obs_storage_dtype,
 )
+from suite.algorithms.fused import HeadState, kernel_for, parameter_order
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 
@@ -79,6 +88,21 @@ class ActorCriticConfig:
     """Initial log std of the Gaussian policy."""
     vectorization: str = "auto"
     """How envs are vectorised: auto (fastest available), sync or async."""
+    rollout_storage: str = "numpy"
+    """Memory toggle: rollout buffers allocated and written by ``numpy`` or as ``torch`` tensors (document 000's
+    "numpy trajectory cache"). Exact: the same bytes and values either way (the update reads them zero-copy)."""
+    gae_chunk: int = 0
+    """Memory toggle: GAE over chunks of this many steps (its temporaries are ``(chunk, n_envs)``); 0 = the whole
+    rollout at once. Exact: bitwise identical advantages for every chunk size."""
+    grad_accumulation: int = 1
+    """Memory toggle: each minibatch step sums the gradients of this many micro-batches (slices of it) before its
+    one Adam step, so activations are held for ``batch_size / k`` samples at a time. The gradient is the
+    minibatch's up to float summation order (parameters agree to ~1e-6 relative after an update)."""
+    obs_storage_dtype: str = "auto"
+    """Memory toggle: how observations are kept in the rollout. ``auto``: Atari frames once each as uint8 (a
+    frame shared by consecutive stacks is stored once), vectors as float32; ``float32``: the stacked network
+    inputs as float32 (SB3's layout); ``float16``: as float16 (exact for frames; rounds vector inputs, and the
+    policy then acts on the rounded inputs); ``uint8``: frames kept once (image observations only)."""
 
     def __post_init__(self) -> None:
         for name in ("n_envs", "n_steps", "batch_size", "n_epochs"):
@@ -90,6 +114,18 @@ class ActorCriticConfig:
             raise ValueError("activation must be tanh or relu")
         if self.vectorization not in ("auto", "sync", "async"):
             raise ValueError("vectorization must be auto, sync or async")
+        if self.rollout_storage not in ROLLOUT_STORAGES:
+            raise ValueError(f"rollout_storage must be one of {', '.join(ROLLOUT_STORAGES)}")
+        if self.obs_storage_dtype not in OBS_STORAGE_DTYPES:
+            raise ValueError(f"obs_storage_dtype must be one of {', '.join(OBS_STORAGE_DTYPES)}")
+        if self.gae_chunk < 0:
+            raise ValueError("gae_chunk must be >= 0 (0 = the whole rollout)")
+        if not 1 <= self.grad_accumulation <= self.batch_size:
+            raise ValueError("grad_accumulation must be between 1 and batch_size")
+
+    def check_env(self, env: Any) -> None:
+        """Env-dependent checks, before anything runs (``env``: the :class:`~suite.envs.EnvSpec`)."""
+        resolve_obs_storage_dtype(self.obs_storage_dtype, env.observation == "image")
 
 
 def actor_critic_policy(observation_space: Any, action_space: Any, cfg: Any) -> ActorCritic:
@@ -97,16 +133,41 @@ def actor_critic_policy(observation_space: Any, action_space: Any, cfg: Any) -> 
     return ActorCritic(observation_space, action_space, net_config(cfg, normalize_obs=cfg.normalize))
 
 
+@dataclass
+class FusedLoss:
+    """A loss evaluated for the hand-derived backward: its value, metrics and per-sample derivatives."""
+
+    loss: float
+    """This (micro-)batch's share of the minibatch loss."""
+    metrics: dict[str, float]
+    dlogp: np.ndarray
+    """``(B,)`` d loss / d log pi(a|s)."""
+    dentropy: np.ndarray | float | None
+    """``(B,)``, one value for every sample, or None (no entropy term)."""
+    dvalues: np.ndarray | None
+    """``(B, H)`` d loss / d V, or None (no value term)."""
+
+
 class ActorCriticTrainer:
-    """Collect, estimate advantages, optimise; subclasses define :meth:`loss`."""
+    """Collect, estimate advantages, optimise; subclasses define :meth:`loss` (autograd) and, where the
+    hand-derived path covers it, :meth:`fused_loss` (see :mod:`suite.algorithms.fused`)."""
 
     def __init__(self, ctx: TrialContext, cfg: Any):
         self.ctx, self.cfg = ctx, cfg
         self.envs = ctx.make_envs(cfg.n_envs, vectorization=cfg.vectorization)
         self.policy = self.build_policy()
-        self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
-        self.collector = RolloutCollector(ctx, self.envs, self.policy, cfg.n_steps, cfg.gamma, cfg.normalize)
+        self.stepper = GradientStepper(parameter_order(self.policy), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
+        self.kernel = kernel_for(self.policy, self.stepper.flat)  # after the stepper: the kernel reads the flat parameters
+        self.fused = self.kernel is not None and self.supports_fused_loss()
+        """Whether the update uses the hand-derived backward (else autograd on the same flat parameters)."""
+        self.collector = RolloutCollector(
+            ctx, self.envs, self.policy, cfg.n_steps, cfg.gamma, cfg.normalize,
+            storage=cfg.rollout_storage, obs_dtype=cfg.obs_storage_dtype, kernel=self.kernel,
+        )  # fmt: skip
         self.n_updates = 0
+        self.clock: Any = attach_clock(ctx, self)
+        """The lap clock of ``suite profile speed`` (:class:`suite.profile.speed.LapClock`) or None."""
+        self.collector.clock = self.clock
 
     def build_policy(self) -> ActorCritic:
         return actor_critic_policy(self.envs.single_observation_space, self.envs.single_action_space, self.cfg)
@@ -139,6 +200,7 @@ class ActorCriticTrainer:
             rollout.last_values.mean(-1),
             self.cfg.gamma,
             self.cfg.gae_lambda,
+            chunk=self.cfg.gae_chunk,
         )
 
     def begin_update(self, rollout: Rollout, advantages: np.ndarray, progress: float) -> dict[str, float]:
@@ -147,55 +209,111 @@ class ActorCriticTrainer:
         return {"clip_range": self.clip}
 
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The (micro-)batch's loss for autograd (already scaled by ``mb.weight``) and its metrics."""
+        raise NotImplementedError
+
+    def supports_fused_loss(self) -> bool:
+        """Whether :meth:`fused_loss` computes this trainer's loss (with its current config)."""
+        return False
+
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
+        """The loss and its per-sample derivatives from the hand-derived forward's outputs."""
         raise NotImplementedError
 
     # -- one update --------------------------------------------------------------------------------------
     def update(self, rollout: Rollout, adv: np.ndarray, ret: np.ndarray, progress: float) -> dict[str, float]:
-        """Epochs of minibatch steps on ``rollout`` with advantages ``adv`` and value targets ``ret`` (T, N[, H])."""
-        cfg = self.cfg
+        """Epochs of minibatch steps on ``rollout`` with advantages ``adv`` and value targets ``ret`` (T, N[, H]).
+
+        Each minibatch step: advantages normalised over the minibatch, then (``grad_accumulation = k``) k
+        micro-batches whose gradients are summed, then one clipped Adam step. With ``target_kl`` the minibatch whose
+        approx KL crosses 1.5 x target_kl is measured but not stepped on (SB3).
+        """
+        cfg, clock = self.cfg, self.clock
         extra_metrics = self.begin_update(rollout, adv, progress)
         lr = self.stepper.begin_update(progress)
         n = rollout.n_samples
-        obs = rollout.obs.reshape(n, *rollout.obs.shape[2:])
-        actions = rollout.actions.reshape(n, *rollout.actions.shape[2:])
-        old_logp = torch.from_numpy(rollout.log_probs.reshape(n))
-        old_values = torch.from_numpy(rollout.values.reshape(n, -1))
-        t_adv = torch.from_numpy(adv.reshape(n))
-        t_ret = torch.from_numpy(ret.reshape(n, *ret.shape[2:]))
+        table = SampleTable(rollout, adv, ret)
         extra = self.minibatch_extra(rollout)
+        k = cfg.grad_accumulation
+        limit = None if cfg.target_kl is None else 1.5 * cfg.target_kl
         sums: dict[str, float] = {}
         count = steps = 0
         stop = False
+        if clock is not None:
+            clock.lap("update_setup")
         for _epoch in range(cfg.n_epochs):
-            perm = torch.randperm(n)
+            perm = torch.randperm(n).numpy()
             for start in range(0, n, cfg.batch_size):
                 idx = perm[start : start + cfg.batch_size]
-                mb = Minibatch(
-                    obs[idx], actions[idx], old_logp[idx], old_values[idx], t_adv[idx], t_ret[idx],
-                    {k: v[idx] for k, v in extra.items()},
-                )  # fmt: skip
-                loss, m = self.loss(mb)
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
+                b = idx.shape[0]
+                rows = table.gather(idx)
+                mb_adv = table.advantages(rows)
+                if cfg.normalize_advantage and b > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
+                else:
+                    mb_adv = np.ascontiguousarray(mb_adv)
+                bounds = [(0, b)] if k == 1 else micro_batches(b, k)
+                self.stepper.zero_grad()
+                kl = 0.0
+                for j, (lo, hi) in enumerate(bounds):
+                    weight = (hi - lo) / b
+                    part = idx[lo:hi]
+                    mb = table.minibatch(rows[lo:hi], part, mb_adv[lo:hi], weight)
+                    if extra:
+                        part_t = torch.from_numpy(part)
+                        mb.extra = {key: v[part_t] for key, v in extra.items()}
+                    if clock is not None:
+                        clock.lap("minibatch")
+                    m: Mapping[str, Any]
+                    if self.fused:
+                        fl, state = self._fused_forward(mb)
+                        m = fl.metrics
+                    else:
+                        loss, m = self.loss(mb)
+                    if clock is not None:
+                        clock.lap("forward", hi - lo)
+                    for key, v in m.items():
+                        sums[key] = sums.get(key, 0.0) + float(v) * weight
+                    kl += float(m["approx_kl"]) * weight if limit is not None else 0.0
+                    if limit is not None and k == 1 and kl > limit:
+                        break  # SB3 (ppo.py): the minibatch that crosses the limit is measured but not stepped on
+                    if self.fused:
+                        assert self.kernel is not None
+                        self.kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0)
+                    else:
+                        self.stepper.backward(loss)
+                    if clock is not None:
+                        clock.lap("backward")
                 count += 1
-                if cfg.target_kl is not None and float(m["approx_kl"]) > 1.5 * cfg.target_kl:
-                    # SB3 (ppo.py): the minibatch that crosses the limit is measured but not stepped on.
+                if limit is not None and kl > limit:
                     stop = True
                     break
-                self.stepper.step(loss)
+                self.stepper.apply()
                 steps += 1
+                if clock is not None:
+                    clock.lap("optimizer")
             if stop:
                 break
-        check_finite_params(self.policy)
+        self.stepper.check_finite()
         self.n_updates += 1
-        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out = {key: v / max(count, 1) for key, v in sums.items()}
         out.update(self.stepper.end_update())
         out.update(extra_metrics)
         out["learning_rate"] = lr
         out["n_minibatches"] = float(steps)  # gradient steps taken
         if self.policy.vf is not None:
             out["explained_variance"] = explained_variance(rollout.values.mean(-1).ravel(), ret.reshape(n, -1)[:, 0])
+        if clock is not None:
+            clock.lap("update_setup")
         return out
+
+    def _fused_forward(self, mb: Minibatch) -> tuple[FusedLoss, HeadState]:
+        assert self.kernel is not None
+        logp, entropy, values, state = self.kernel.evaluate(mb.obs, mb.actions)
+        fl = self.fused_loss(mb, logp, entropy, values)
+        if not math.isfinite(fl.loss):
+            raise Diverged(f"non-finite loss {fl.loss}")
+        return fl, state
 
     def minibatch_extra(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """Per-sample tensors ``(n, ...)`` a variant's loss needs besides the standard fields."""
@@ -205,16 +323,16 @@ class ActorCriticTrainer:
 def ppo_policy_value_loss(
     trainer: ActorCriticTrainer, mb: Minibatch, clip: float
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate + value + entropy loss (Schulman et al. 2017, arXiv 1707.06347; SB3's form).
+    """PPO's clipped surrogate + value + entropy loss (Schulman et al. 2017, arXiv 1707.06347; SB3's form), for
+    autograd; :func:`ppo_fused_loss` is the same loss with its derivatives by hand.
 
     Returns:
-        (loss, metrics, log-probs ``(B,)``, policy params ``(B, P)``) so variants can add regularisers.
+        (loss x ``mb.weight``, metrics, log-probs ``(B,)``, policy params ``(B, P)``) so variants can add regularisers
+        (scaled by ``mb.weight`` too).
     """
     cfg = trainer.cfg
     logp, entropy, values, params = trainer.policy.evaluate_actions(mb.obs, mb.actions)
     adv = mb.advantages
-    if cfg.normalize_advantage and adv.shape[0] > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     log_ratio = logp - mb.old_log_probs
     ratio = torch.exp(log_ratio)
     policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
@@ -225,6 +343,8 @@ def ppo_policy_value_loss(
     value_loss = (target - values).square().mean()
     entropy_loss = -entropy.mean()
     loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
+    if mb.weight != 1.0:
+        loss = loss * mb.weight
     with torch.no_grad():
         metrics = {
             "policy_loss": policy_loss.detach(),
@@ -234,3 +354,52 @@ def ppo_policy_value_loss(
             "clip_fraction": ((ratio - 1).abs() > clip).float().mean(),
         }
     return loss, metrics, logp, params
+
+
+def ppo_fused_loss(
+    cfg: Any, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None, clip: float
+) -> FusedLoss:
+    """:func:`ppo_policy_value_loss` with its derivatives by hand (equal to autograd's up to float rounding; tested),
+    in numpy on the per-sample arrays of :meth:`PolicyKernel.evaluate`.
+
+    With ``r = exp(logp - logp_old)``, ``u = r A`` and ``c = clip(r, 1 - eps, 1 + eps) A``, the surrogate
+    ``-mean(min(u, c))`` has ``d/dlogp_i = -u_i / B`` where ``u_i <= c_i`` (the unclipped term is the minimum, or
+    both are equal inside the clip range) and 0 elsewhere. The value loss ``mean((V - R)^2)`` over ``B x H`` gives
+    ``2 (V - R) / (B H)`` (0 where value clipping is active), the entropy bonus ``-ent_coef / B`` per sample.
+    """
+    B = logp.shape[0]
+    w = mb.weight
+    adv = mb.advantages.numpy()
+    log_ratio = logp - mb.old_log_probs.numpy()
+    ratio = np.exp(log_ratio)
+    bounded = np.clip(ratio, 1 - clip, 1 + clip)
+    unclipped = ratio * adv
+    clipped = bounded * adv
+    surrogate = np.minimum(unclipped, clipped)
+    dlogp = np.where(unclipped <= clipped, unclipped, np.float32(0.0)) * np.float32(-w / B)
+    assert values is not None
+    target = mb.returns.numpy()
+    target = target if target.ndim == 2 else target[:, None]
+    if cfg.clip_range_vf is not None:
+        old_values = mb.old_values.numpy()
+        moved = values - old_values
+        diff = old_values + np.clip(moved, -cfg.clip_range_vf, cfg.clip_range_vf) - target
+        dvalues = diff * (np.abs(moved) <= cfg.clip_range_vf)
+    else:
+        diff = values - target
+        dvalues = diff
+    dvalues = dvalues * np.float32(2.0 * cfg.vf_coef * w / diff.size)
+    squared = diff * diff
+    policy_loss = -float(surrogate.mean())
+    value_loss = float(squared.mean())
+    entropy_mean = float(entropy.mean())
+    loss = (policy_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * value_loss) * w
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy_mean,
+        "approx_kl": float((ratio - log_ratio).mean()) - 1.0,  # mean((r - 1) - log r)
+        "clip_fraction": float((bounded != ratio).mean()),
+    }
+    dent = -cfg.ent_coef * w / B if cfg.ent_coef else None
+    return FusedLoss(loss, metrics, dlogp, dent, dvalues)

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from suite.algorithms.core import GradientStepper, check_finite_params, net_config
+from suite.algorithms.core import ROLLOUT_STORAGES, Buffer, GradientStepper, attach_clock, micro_batches, net_config
+from suite.algorithms.fused import PolicyKernel, kernel_for
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 from suite.envs import episode_limit, finished_episodes
@@ -54,6 +55,9 @@ ADV_EPS = 1e-4
 
 MAX_BUFFER_BYTES = 4 * 2**30
 """Refuse rollout buffers larger than this (a clear error instead of an out-of-memory kill)."""
+
+REF_CHUNK, REF_CHUNK_IMAGES = 4096, 256
+"""Steps per forward of the reference policy (images: 256 frames are ~29 MB as float; 4096 would be ~460 MB)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,12 @@ class GRPOConfig:
     Also the length of the rollout buffers and Dr. GRPO's constant normaliser."""
     vectorization: Literal["sync", "async"] = "sync"
     """How the G*K sub-envs are vectorised (CartPole's numpy fast path takes no per-env seeds, so no ``auto``)."""
+    rollout_storage: str = "numpy"
+    """Memory toggle: episode buffers allocated and written by ``numpy`` or as ``torch`` tensors (exact: the same
+    values either way)."""
+    grad_accumulation: int = 1
+    """Memory toggle: each minibatch step sums the gradients of this many slices of its steps (activations are held
+    for a slice at a time: Pong's minibatches are thousands of frames); the same gradient up to float rounding."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -133,6 +143,10 @@ class GRPOConfig:
             raise ValueError("beta and ent_coef must be >= 0")
         if self.activation not in ("tanh", "relu"):
             raise ValueError("activation must be tanh or relu")
+        if self.rollout_storage not in ROLLOUT_STORAGES:
+            raise ValueError(f"rollout_storage must be one of {', '.join(ROLLOUT_STORAGES)}")
+        if self.grad_accumulation < 1:
+            raise ValueError(f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
 
     @property
     def reward_scaling(self) -> str:
@@ -279,7 +293,16 @@ class EpisodeGroupCollector:
     """
 
     def __init__(
-        self, ctx: TrialContext, envs: Any, policy: ActorCritic, group_size: int, max_len: int, cap: int | None = None
+        self,
+        ctx: TrialContext,
+        envs: Any,
+        policy: ActorCritic,
+        group_size: int,
+        max_len: int,
+        cap: int | None = None,
+        *,
+        kernel: PolicyKernel | None = None,
+        storage: str = "numpy",
     ):
         """
         Args:
@@ -291,8 +314,10 @@ class EpisodeGroupCollector:
             max_len: Longest possible episode; the buffers hold ``max_len`` steps.
             cap: The suite's episode cap when it is below the env's own limit (:func:`episode_cap`); episodes
                 truncated by it are partial and stay out of the learning curve.
+            kernel: the policy's hand-derived inference (:mod:`suite.algorithms.fused`), or None (module calls).
+            storage: the ``rollout_storage`` toggle (numpy or torch buffers, :class:`~suite.algorithms.core.Buffer`).
         """
-        self.ctx, self.envs, self.policy = ctx, envs, policy
+        self.ctx, self.envs, self.policy, self.kernel = ctx, envs, policy, kernel
         self.cap = cap
         self.capped_episodes = 0
         if cap is not None:
@@ -312,12 +337,14 @@ class EpisodeGroupCollector:
                 f"grpo rollout buffers would need {nbytes / 2**30:.1f} GiB ({T} steps x {N} episodes); "
                 "set max_episode_steps or reduce group_size/n_groups"
             )
-        self.buf_obs = torch.zeros((T, N, *x0.shape[1:]), dtype=x0.dtype)
+        self.buf_obs = Buffer((T, N, *x0.shape[1:]), x0.dtype, storage)
         act_dtype = torch.long if policy.discrete else torch.float32
-        self.buf_actions = torch.zeros((T, N, *policy.action_shape), dtype=act_dtype)
-        self.buf_logp = np.zeros((T, N), dtype=np.float32)
+        self.buf_actions = Buffer((T, N, *policy.action_shape), act_dtype, storage)
+        self.buf_logp = Buffer((T, N), torch.float32, storage)
         self.buf_rewards = np.zeros((T, N), dtype=np.float32)
         self.buf_mask = np.zeros((T, N), dtype=bool)
+        self.clock: Any = None
+        """An optional lap clock (``suite profile speed``)."""
 
     def collect(self, max_samples: int | None = None) -> EpisodeGroups:
         """Draw K seeds, run G episodes from each, record them in ``ctx`` and advance ``ctx.steps``.
@@ -326,7 +353,7 @@ class EpisodeGroupCollector:
             max_samples: the budget left; collection stops once this many steps are used (episodes still
                 running then are marked unfinished in the result).
         """
-        ctx, policy, envs, G, N = self.ctx, self.policy, self.envs, self.group_size, self.n_envs
+        ctx, policy, envs, G, N, clock = self.ctx, self.policy, self.envs, self.group_size, self.n_envs, self.clock
         seeds = ctx.draw_seeds(self.n_groups)
         obs, _ = envs.reset(seed=np.repeat(seeds, G).tolist())
         check_same_start(np.asarray(obs), G, seeds)
@@ -340,11 +367,18 @@ class EpisodeGroupCollector:
             if t >= self.max_len:
                 raise RuntimeError(f"an episode ran past max_len={self.max_len} steps without truncation")
             x = policy.prepare_obs(obs, update_stats=self.update_obs_stats)
-            actions, logp, _ = policy.act(x)
+            if self.kernel is not None:
+                actions, logp = self.kernel.sample(self.kernel.infer(x, with_values=False)[0])
+            else:
+                actions, logp, _ = policy.act(x)
+            if clock is not None:
+                clock.lap("inference", N)
             obs, rewards, terminated, trunc, info = envs.step(policy.head.to_env(actions.numpy()))
-            self.buf_obs[t] = x
-            self.buf_actions[t] = actions
-            self.buf_logp[t] = logp.numpy()
+            if clock is not None:
+                clock.lap("env_step")
+            self.buf_obs.put(t, x)
+            self.buf_actions.put(t, actions)
+            self.buf_logp.put(t, logp)
             self.buf_rewards[t] = np.where(active, rewards, 0.0)
             self.buf_mask[t] = active
             used += int(active.sum())
@@ -364,10 +398,12 @@ class EpisodeGroupCollector:
                     ctx.record_episodes(step0 + used, ep_ret[rec], ep_len[rec])
                 active &= ~done
             t += 1
+            if clock is not None:
+                clock.lap("storage")
         ctx.steps = step0 + used
         lengths[active] = t  # unfinished (budget spent): the steps taken so far
         return EpisodeGroups(
-            self.buf_obs[:t], self.buf_actions[:t], self.buf_logp[:t], self.buf_rewards[:t], self.buf_mask[:t],
+            self.buf_obs.t[:t], self.buf_actions.t[:t], self.buf_logp.np[:t], self.buf_rewards[:t], self.buf_mask[:t],
             lengths, truncated, seeds, G, t * N, ~active if active.any() else None,
         )  # fmt: skip
 
@@ -556,8 +592,13 @@ class GRPOTrainer:
         envs = ctx.make_envs(cfg.batch_episodes, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = grpo_policy(envs.single_observation_space, envs.single_action_space, cfg)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
-        self.collector = EpisodeGroupCollector(ctx, envs, self.policy, cfg.group_size, max_len, cap)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
+        kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference; the update stays on autograd
+        self.collector = EpisodeGroupCollector(
+            ctx, envs, self.policy, cfg.group_size, max_len, cap, kernel=kernel, storage=cfg.rollout_storage
+        )
+        self.clock: Any = attach_clock(ctx, self)
+        self.collector.clock = self.clock
         self.n_updates = 0
 
     def train(self) -> ActorCritic:
@@ -650,9 +691,10 @@ class GRPOTrainer:
         old_logp = torch.from_numpy(batch.log_probs[t_idx, n_idx])
         t_adv = torch.from_numpy(adv[t_idx, n_idx])
         ref_logp = torch.empty_like(old_logp)
+        chunk = REF_CHUNK_IMAGES if policy.image else REF_CHUNK
         with torch.no_grad():
-            for s in range(0, len(t_idx), 4096):
-                sl = slice(s, s + 4096)
+            for s in range(0, len(t_idx), chunk):
+                sl = slice(s, s + chunk)
                 params = self.reference.policy_params(batch.obs[t_flat[sl], n_flat[sl]])
                 ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, actions[sl])
         lr = self.stepper.begin_update(progress)
@@ -663,17 +705,37 @@ class GRPOTrainer:
             for eps in torch.tensor_split(torch.randperm(N), cfg.n_minibatches):
                 L = lengths[eps]
                 sel = torch.cat([torch.arange(int(o), int(o) + int(n)) for o, n in zip(offsets[eps], L, strict=True)])
-                logp, entropy, _, _ = policy.evaluate_actions(batch.obs[t_flat[sel], n_flat[sel]], actions[sel])
                 weights = torch.repeat_interleave(episode_weights(L, cfg.loss_agg, self.collector.max_len), L)
-                loss, m = grpo_loss(
-                    logp, old_logp[sel], ref_logp[sel], t_adv[sel], weights, eps_low=cfg.eps_low,
-                    eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy, ent_coef=cfg.ent_coef,
-                )  # fmt: skip
-                self.stepper.step(loss)
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
+                S = int(sel.shape[0])
+                self.stepper.zero_grad()
+                # grad_accumulation: the minibatch's steps in k slices; the aggregation weights are the minibatch's,
+                # so the slices' losses sum to its loss and their gradients to its gradient
+                parts = [(0, S)] if cfg.grad_accumulation == 1 else micro_batches(S, cfg.grad_accumulation)
+                w_total = float(weights.sum())
+                m: dict[str, float] = {}
+                for lo, hi in parts:
+                    ps = sel[lo:hi]
+                    logp, entropy, _, _ = policy.evaluate_actions(batch.obs[t_flat[ps], n_flat[ps]], actions[ps])
+                    loss, part_m = grpo_loss(
+                        logp, old_logp[ps], ref_logp[ps], t_adv[ps], weights[lo:hi], eps_low=cfg.eps_low,
+                        eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy, ent_coef=cfg.ent_coef,
+                    )  # fmt: skip
+                    if self.clock is not None:
+                        self.clock.lap("forward", hi - lo)
+                    self.stepper.backward(loss)
+                    if self.clock is not None:
+                        self.clock.lap("backward")
+                    # policy_loss is a weighted sum (adds up), entropy a weighted mean, kl_ref / clip_fraction means
+                    shares = {"policy_loss": 1.0, "entropy": float(weights[lo:hi].sum()) / w_total}
+                    for key, part_v in part_m.items():
+                        m[key] = m.get(key, 0.0) + float(part_v) * shares.get(key, (hi - lo) / S)
+                self.stepper.apply()
+                if self.clock is not None:
+                    self.clock.lap("optimizer")
+                for key, value in m.items():
+                    sums[key] = sums.get(key, 0.0) + value
                 count += 1
-        check_finite_params(policy)
+        self.stepper.check_finite()
         self.n_updates += 1
         out = {k: v / count for k, v in sums.items()}
         out.update(self.stepper.end_update())
@@ -691,7 +753,7 @@ class GRPOTrainer:
 
 @register(
     "grpo",
-    version="1.1.0",
+    version="1.2.0",
     summary="Group Relative Policy Optimization: G same-seed episodes per group, group-normalised returns, no critic",
     reference=(
         "Shao et al. 2024, arXiv 2402.03300 (DeepSeekMath); episodic adaptation as in stable-baselines3-contrib issue 301"

@@ -46,7 +46,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.algorithms.core import GradientStepper, check_finite_params, net_config
+from suite.algorithms.core import GradientStepper, attach_clock, net_config
+from suite.algorithms.fused import kernel_for
 from suite.algorithms.grpo import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
@@ -200,8 +201,13 @@ class PairwiseTrainer:
         max_len, cap = episode_cap(ctx, cfg.max_episode_steps or 0)
         self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
-        self.collector = EpisodeGroupCollector(ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
+        self.collector = EpisodeGroupCollector(
+            ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap,
+            kernel=kernel_for(self.policy, self.stepper.flat),  # hand-derived inference; the update stays on autograd
+        )  # fmt: skip
+        self.clock: Any = attach_clock(ctx, self)
+        self.collector.clock = self.clock
         self.stop_at: float | None = None
         if cfg.early_stop_fraction is not None:
             best = max_return(ctx.env_id, dict(ctx.env_kwargs))
@@ -259,13 +265,24 @@ class PairwiseTrainer:
         lr = self.stepper.begin_update(progress)
         sums: dict[str, float] = {}
         group_vars = []
+        clock = self.clock
         for _ in range(self.cfg.n_epochs):
             loss, group_losses, m = self.loss(batch)
+            if clock is not None:
+                clock.lap("forward", int(batch.episode.shape[0]))
             group_vars.append(self.group_gradient_variance(group_losses))
-            self.stepper.step(loss)
+            if clock is not None:
+                clock.lap("group_gradients")
+            self.stepper.zero_grad()
+            self.stepper.backward(loss)
+            if clock is not None:
+                clock.lap("backward")
+            self.stepper.apply()
+            if clock is not None:
+                clock.lap("optimizer")
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-        check_finite_params(self.policy)
+        self.stepper.check_finite()
         out = {k: v / self.cfg.n_epochs for k, v in sums.items()}
         out.update(self.stepper.end_update())
         out["grad_var"] = float(np.mean(group_vars))  # across groups (see the module docstring)
@@ -282,7 +299,7 @@ class PairwiseTrainer:
 
 @register(
     "grpo-pairwise",
-    version="1.2.0",
+    version="1.3.0",
     summary="Pairwise logistic comparison of returns within random groups of trajectories (document 003's 'GRPO')",
     reference=(
         "003_1e009463e86a4a6d.txt ('Group Relative Policy Optimization', pairwise form; not DeepSeekMath GRPO); "

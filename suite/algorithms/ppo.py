@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from suite.algorithms.actor_critic import (
     ActorCriticConfig,
     ActorCriticTrainer,
+    FusedLoss,
     actor_critic_policy,
+    ppo_fused_loss,
     ppo_policy_value_loss,
 )
 from suite.algorithms.core import Minibatch
@@ -32,10 +35,16 @@ class PPOTrainer(ActorCriticTrainer):
         loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
         return loss, metrics
 
+    def supports_fused_loss(self) -> bool:
+        return True
+
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
+        return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
+
 
 @register(
     "ppo",
-    version="1.1.0",
+    version="1.2.0",
     summary="Proximal Policy Optimization with GAE, clipped surrogate and SB3-equivalent defaults",
     reference="Schulman et al. 2017, arXiv 1707.06347; hyperparameters: rl-baselines3-zoo hyperparams/ppo.yml",
     action_spaces=("discrete", "box"),

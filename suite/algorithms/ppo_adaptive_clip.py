@@ -48,7 +48,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.actor_critic import ActorCriticConfig, ActorCriticTrainer, ppo_policy_value_loss
+from suite.algorithms.actor_critic import (
+    ActorCriticConfig,
+    ActorCriticTrainer,
+    FusedLoss,
+    ppo_fused_loss,
+    ppo_policy_value_loss,
+)
 from suite.algorithms.core import Minibatch, Rollout, net_config
 from suite.algorithms.networks import ActorCritic
 from suite.registry import register
@@ -262,7 +268,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         for t in range(T):
             hs[t], cs[t] = h, c
             rec.memory = (h, c)
-            rollout.values[t] = policy.values(rollout.obs[t]).numpy()
+            rollout.values[t] = policy.values(rollout.obs.at(t)).numpy()
             h, c = rec.last_state
             keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1)
             h, c = h * keep, c * keep
@@ -322,10 +328,18 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
             loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
         return loss, metrics
 
+    def supports_fused_loss(self) -> bool:
+        # PPO's loss with the adaptive clip; the LSTM and PopArt critics are not plain MLPs, so with them the
+        # policy has no kernel (suite.algorithms.fused.kernel_for) and the update uses autograd
+        return True
+
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
+        return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
+
 
 @register(
     "ppo-adaptive-clip",
-    version="1.1.0",
+    version="1.2.0",
     summary="PPO whose clip range scales with the std of the raw advantages (document 000's 'GRPO')",
     reference=(
         "000_2d5fee972b6defb7.txt (described as 'GRPO' in TRL; no such TRL algorithm); PPO: Schulman et al. 2017, "

@@ -189,9 +189,12 @@ class RlvrPrmTrainer(ActorCriticTrainer):
 
     @torch.no_grad()
     def minibatch_extra(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """pi_old's raw policy outputs ``(n, P)``: called before the first step, so the policy is still pi_old."""
-        obs = rollout.obs.reshape(rollout.n_samples, *rollout.obs.shape[2:])
-        return {"old_params": self.policy.policy_params(obs)}
+        """pi_old's raw policy outputs ``(n, P)``: called before the first step, so the policy is still pi_old.
+        Computed in chunks, so image rollouts are never converted to float all at once."""
+        out = torch.empty(rollout.n_samples, self.policy.head.n_params)
+        for sl, obs in rollout.obs_all():
+            out[sl] = self.policy.policy_params(obs)
+        return {"old_params": out}
 
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg, policy = self.cfg, self.policy
@@ -201,7 +204,7 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         loss, metrics, _, params = ppo_policy_value_loss(self, mb, self.clip)
         js = prm_js(policy, params, mb.extra["old_params"], self.old_log_std, cfg.js_samples).mean()
         smooth = input_gradient_penalty(params, mb.obs, cfg.smooth_probes).mean() if smooth_on else params.new_zeros(())
-        loss = loss + cfg.js_coef * js + cfg.smooth_coef * smooth
+        loss = loss + (cfg.js_coef * js + cfg.smooth_coef * smooth) * mb.weight
         metrics.update(js=js.detach(), smooth_penalty=smooth.detach())
         return loss, metrics
 
@@ -224,7 +227,7 @@ def prm_js(
 
 @register(
     "ppo-rlvr-prm",
-    version="1.1.0",
+    version="1.2.0",
     summary="PPO + variance-weighted advantages (value ensemble) + entropy/JS/smoothness regulariser (document 004)",
     reference=(
         "004_f1fcbbd2bdebb4e5.txt ('GRPO = PPO + RLVR + PRM'); PPO: Schulman et al. 2017, arXiv 1707.06347; "

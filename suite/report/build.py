@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,10 +205,36 @@ def compute_tables(data: ReportData, *, warn: Callable[[str], None] | None = Non
     put("significance", lambda: st.significance_table(trials))
     put("sample_efficiency", lambda: st.sample_efficiency_table(trials, evals))
     put("stability", lambda: st.stability_table(trials, data.curves, evals, data.updates))
+    if "stability" in data.tables:
+        # Like with like: say which training episodes each row's curve holds (grpo on Pong leaves capped games out).
+        labels = {key: training_curve_label(g["metrics"].tolist()) for key, g in trials.groupby(["algo", "env_label"])}
+        frame = data.tables["stability"]
+        frame["train_curve"] = [
+            labels.get((a, e), "whole episodes") for a, e in zip(frame["algo"], frame["env_label"], strict=True)
+        ]
     put("speed_memory", lambda: st.speed_memory_table(trials, evals))
     put("env_references", lambda: references_frame(trials))
     data.tables["failures"] = failures_frame(trials)
     return data
+
+
+def training_curve_label(metrics: Sequence[Any]) -> str:
+    """Which training episodes the curves of these trials hold: ``whole episodes``, or ``capped at N steps (K partial
+    episodes left out)`` when their algorithm cut its episodes at its own step cap and kept the cut ones out of the
+    curve (``record["metrics"]["episode_cap"]`` and ``["capped_episodes"]``: grpo and grpo-pairwise on Pong).
+
+    Args:
+        metrics: The ``metrics`` dict of each trial (None or non-dicts are read as empty).
+    """
+    caps: set[int] = set()
+    capped = 0
+    for m in metrics:
+        if isinstance(m, dict) and m.get("episode_cap") is not None:
+            caps.add(int(m["episode_cap"]))
+            capped += int(m.get("capped_episodes") or 0)
+    if not caps:
+        return "whole episodes"
+    return f"capped at {'/'.join(str(c) for c in sorted(caps))} steps ({capped:,} partial episodes left out)"
 
 
 def profile_frame(profile: dict[str, Any]) -> pd.DataFrame:
@@ -251,7 +277,10 @@ def _study_tiers(study: str) -> dict[str, Any]:
 
 
 def budgets_frame(data: ReportData) -> pd.DataFrame:
-    """Budget and seeds per (algo, env_label): ``algo, env_label, budget, tier, seeds, n_seeds, n_eval_episodes``.
+    """Budget and seeds per (algo, env_label): ``algo, env_label, budget, steps, tier, seeds, n_seeds,
+    n_eval_episodes, train_curve``. ``steps`` is what the trials trained (record ``steps``: the budget, or less for a
+    failed trial or an algorithm's own early stop); ``train_curve`` which training episodes their curves hold
+    (:func:`training_curve_label`).
 
     ``tier`` is the tier the study was run at, as ``suite run`` recorded it for each trial (``custom`` for a
     ``--steps`` budget); for trials without a recorded tier it is inferred: the tier(s) whose step budget
@@ -268,18 +297,23 @@ def budgets_frame(data: ReportData) -> pd.DataFrame:
         else:
             matched = sorted({t for b in budgets for t in tier_of(b, env_id, str(algo), tiers)})
         seeds = sorted({int(s) for s in group["seed"]})
+        trained = sorted({int(s) for s in group["steps"].dropna()}) if "steps" in group else []
         rows.append(
             {
                 "algo": algo,
                 "env_label": label,
                 "budget": ", ".join(f"{b:,}" for b in budgets) or "n/a",
+                "steps": (f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,}-{trained[-1]:,}") if trained else "n/a",
+                "train_curve": training_curve_label(group["metrics"].tolist()) if "metrics" in group else "whole episodes",
                 "tier": ", ".join(matched) or "custom",
                 "seeds": compact_ranges(seeds),
                 "n_seeds": len(seeds),
                 "n_eval_episodes": describe_values(group["n_eval_episodes"].tolist()),
             }
         )
-    return pd.DataFrame(rows, columns=["algo", "env_label", "budget", "tier", "seeds", "n_seeds", "n_eval_episodes"])
+    return pd.DataFrame(
+        rows, columns=["algo", "env_label", "budget", "steps", "tier", "seeds", "n_seeds", "n_eval_episodes", "train_curve"]
+    )
 
 
 def compact_ranges(values: list[int]) -> str:
@@ -305,6 +339,23 @@ PROVENANCE_FIELDS: tuple[tuple[str, str], ...] = (
     ("torch_threads", "torch threads per trial"),
     ("hostname", "Host"),
 )
+
+
+def plugins_description(algos: Iterable[str], env_ids: Iterable[str], prov: Sequence[dict[str, Any]]) -> str:
+    """Which plugin (name, version) provided which algorithm or env, from each trial's provenance (see
+    :func:`suite.provenance.collect_provenance`); ``"none"`` when every algorithm and env is the suite's own."""
+
+    def label(plugin: dict[str, Any]) -> str:
+        version = plugin.get("version") or (f"sha256 {plugin['sha256'][:12]}" if plugin.get("sha256") else "unversioned")
+        return f"{plugin.get('name')} {version} ({plugin.get('kind')})"
+
+    found = set()
+    for algo, env_id, p in zip(algos, env_ids, prov, strict=True):
+        if p.get("algo_plugin"):
+            found.add(f"algorithm {algo} from {label(p['algo_plugin'])}")
+        if p.get("env_plugin"):
+            found.add(f"env {env_id} from {label(p['env_plugin'])}")
+    return ", ".join(sorted(found)) or "none (the suite's own algorithms and envs)"
 
 
 def provenance_frame(trials: pd.DataFrame) -> pd.DataFrame:
@@ -336,6 +387,7 @@ def provenance_frame(trials: pd.DataFrame) -> pd.DataFrame:
     rows = [{"field": title, "values": describe_values([extract[name](p) for p in prov])} for name, title in PROVENANCE_FIELDS]
     versions = [f"{a} {v}" for a, v in zip(trials["algo"], trials["algo_version"], strict=True)]
     rows.append({"field": "Algorithm versions", "values": ", ".join(sorted(set(versions)))})
+    rows.append({"field": "Plugins", "values": plugins_description(trials["algo"], trials["env_id"], prov)})
     packages = sorted({name for p in prov for name in (p.get("packages") or {})})
     for name in packages:
         rows.append(

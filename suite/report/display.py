@@ -344,13 +344,15 @@ SIGNIFICANCE_SPEC = TableSpec(
     "significance",
     "Pairwise tests",
     "Welch's t-test and Mann-Whitney U on final returns per env, p-values Holm-corrected over the whole table; "
+    "Mann-Whitney p-values are exact (permutation distribution given ties) up to 60 runs in a pair; "
     "seeds needed: runs per algorithm for Welch's test to detect the observed difference at alpha 0.05 with "
-    "power 0.8 (Colas et al. 2018).",
+    "power 0.8 (Colas et al. 2018); 'undefined' when both algorithms' runs have zero spread (the effect size is "
+    "undefined), '> 10,000' when no number reaches the power.",
     (Column("Env", "env_label", "text"), Column("A", "algo_a", "text"), Column("B", "algo_b", "text"),
      Column("n A", "n_a", "int"), Column("n B", "n_b", "int"), Column("Mean A", "mean_a"),
      Column("Mean B", "mean_b"), Column("A - B", "diff"), Column("Cohen's d", "cohens_d"),
      Column("Welch p (Holm)", "welch_p_holm", "p"), Column("MWU p (Holm)", "mwu_p_holm", "p"),
-     Column("Significant (Welch)", "welch_reject", "bool"), Column("Seeds needed", "seeds_needed", "int")),
+     Column("Significant (Welch)", "welch_reject", "bool"), Column("Seeds needed", "seeds_needed_text", "text")),
 )  # fmt: skip
 
 EFFICIENCY_SPEC = TableSpec(
@@ -372,7 +374,9 @@ STABILITY_SPEC = TableSpec(
     "Chan et al. 2020 on evaluation curves (median over ok runs): dispersion across time (IQR of detrended "
     "returns, lower is better), short-term risk (CVaR of step-to-step changes, higher is better), long-term "
     "risk (CVaR of drawdowns, lower is better); across runs: dispersion (IQR, lower is better) and risk (CVaR of "
-    "final returns, higher is better). Update traces: mean over runs of each run's mean.",
+    "final returns, higher is better). Train dispersion is over training episodes: 'Training curve' says which ("
+    "'capped at N steps' = episodes cut at the algorithm's own step cap are left out). Update traces: mean over runs of "
+    "each run's mean.",
     (*ENV_ALGO, _runs(),
      Column("Dispersion (time)", "dispersion_across_time", "num", "lower"),
      Column("Short-term risk", "short_term_risk", "num", "higher"),
@@ -380,6 +384,7 @@ STABILITY_SPEC = TableSpec(
      Column("Dispersion (runs)", "dispersion_across_runs", "num", "lower"),
      Column("Risk (runs)", "risk_across_runs", "num", "higher"),
      Column("Train dispersion (time)", "train_dispersion_across_time", "num", "lower"),
+     Column("Training curve", "train_curve", "text"),
      Column("Grad variance", "grad_var_mean"), Column("Approx. KL", "approx_kl_mean"),
      Column("Entropy", "entropy_mean")),
 )  # fmt: skip

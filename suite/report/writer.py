@@ -47,6 +47,7 @@ from suite.report.display import (
     display_tables,
 )
 from suite.report.document import Document, Failure, FigureRef, Paragraph, Section
+from suite.report.memory import memory_section
 from suite.stats.scores import POI_REPS
 
 REPORTS_DIR = Path("reports")
@@ -55,11 +56,15 @@ REPORTS_DIR = Path("reports")
 BUDGETS_SPEC = TableSpec(
     "budgets",
     "Budgets and seeds",
-    "Step budget per trial, the budget tier it matches (trial records store the budget; 'custom' = none), seeds "
-    "and evaluation episodes.",
+    "Step budget per trial and the env steps the trials actually trained (record 'steps'; below the budget only for "
+    "failed trials or an algorithm's own early stop), the budget tier it matches (trial records store the budget; "
+    "'custom' = none), seeds, evaluation episodes, and which training episodes the training curves hold ('capped at N "
+    "steps': the algorithm cut episodes at its own step cap and left the cut ones out, so its curve and the "
+    "training-curve stability columns compare only whole episodes that ended within the cap).",
     (Column("Algorithm", "algo", "text"), Column("Env", "env_label", "text"), Column("Budget (steps)", "budget", "text"),
-     Column("Tier", "tier", "text"), Column("Seeds", "seeds", "text"), Column("n seeds", "n_seeds", "int"),
-     Column("Eval episodes", "n_eval_episodes", "text")),
+     Column("Steps trained", "steps", "text"), Column("Tier", "tier", "text"), Column("Seeds", "seeds", "text"),
+     Column("n seeds", "n_seeds", "int"), Column("Eval episodes", "n_eval_episodes", "text"),
+     Column("Training curve", "train_curve", "text")),
     group=None,
 )  # fmt: skip
 
@@ -301,6 +306,9 @@ def write_report(
 
     figs = _figures(data, fig_dir, curves)
     doc = _document(data, tables, figs, budgets, provenance)
+    # Memory per phase (suite.report.memory): its own section, right after "Speed and memory".
+    at = next((i + 1 for i, section in enumerate(doc.sections) if section.id == "speed-memory"), len(doc.sections))
+    doc.sections.insert(at, memory_section(data.trials, table_dir, fig_dir))
     (out / "report.md").write_text(md_out.render_document(doc), encoding="utf-8")
     index = out / "index.html"
     index.write_text(html_out.render_document(doc), encoding="utf-8")

@@ -3,7 +3,9 @@
 Modules:
     references: per-env threshold, random and reference scores (``suite/data/envs.toml``).
     scores: rliable-based point estimates and stratified bootstrap CIs over ``(num_runs, num_tasks)`` scores.
-    significance: Welch / Mann-Whitney tests, Holm correction, seeds needed (Colas et al. 2018).
+    significance: Welch / exact Mann-Whitney tests, Holm correction, seeds needed (Colas et al. 2018).
+
+NaN in gives NaN out (or a ValueError where NaN already has a meaning); see each module.
     curves: sample efficiency and reliability metrics over learning curves (Chan et al. 2020), speed helpers.
     tables: the pandas layer the reports call (one function per table).
 """
@@ -36,7 +38,17 @@ from suite.stats.scores import (
     score_intervals,
     seeded_global_rng,
 )
-from suite.stats.significance import cohens_d, holm_adjust, mann_whitney_test, seeds_needed, welch_power, welch_test
+from suite.stats.significance import (
+    UNDEFINED,
+    SeedsNeeded,
+    cohens_d,
+    holm_adjust,
+    mann_whitney_test,
+    seeds_needed,
+    seeds_needed_text,
+    welch_power,
+    welch_test,
+)
 from suite.stats.tables import (
     aggregate_table,
     count_statuses,
@@ -55,7 +67,9 @@ from suite.stats.tables import (
 __all__ = [
     "BOOTSTRAP_REPS",
     "POI_REPS",
+    "UNDEFINED",
     "EnvReference",
+    "SeedsNeeded",
     "aggregate_intervals",
     "aggregate_table",
     "area_under_curve",
@@ -89,6 +103,7 @@ __all__ = [
     "score_intervals",
     "seeded_global_rng",
     "seeds_needed",
+    "seeds_needed_text",
     "short_term_risk",
     "significance_table",
     "speed_memory_table",

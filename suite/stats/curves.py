@@ -17,6 +17,10 @@ plain first differences on a regular grid. Windows count points, not env steps (
 time units; the two agree on a regular grid). The library's optional low-pass filter and curve-range
 normalisation are not applied.
 
+Missing values: NaN in gives NaN out (a NaN evaluation is an unknown result, never a low or a high one), except
+:func:`eval_steps_to_threshold`, whose NaN already means "never reached" and which therefore refuses a NaN
+input with a ValueError, and :func:`trace_summary`, whose NaN entries are updates that did not log the metric.
+
 Curve shapes: ``values (num_points,)`` with matching ``steps (num_points,)``, steps increasing; across runs,
 ``values (num_runs, num_points)`` on shared steps.
 """
@@ -41,8 +45,13 @@ def eval_steps_to_threshold(steps: np.ndarray, means: np.ndarray, threshold: flo
 
     Returns:
         That step, or NaN if the threshold is never reached.
+
+    Raises:
+        ValueError: ``means`` or ``steps`` holds a NaN (the answer would read as "never reached").
     """
     steps, means = np.asarray(steps, dtype=float), np.asarray(means, dtype=float)
+    if np.isnan(means).any() or np.isnan(steps).any():
+        raise ValueError("eval_steps_to_threshold: the evaluation curve holds NaN; a NaN evaluation is not 'below'")
     hits = np.flatnonzero(means >= threshold)
     return float(steps[hits[0]]) if hits.size else float("nan")
 
@@ -95,10 +104,10 @@ def cvar(values: np.ndarray, alpha: float = 0.05, tail: Tail = "lower") -> float
         tail: ``"lower"`` (bad outcomes are small values) or ``"upper"`` (bad outcomes are large values).
 
     Returns:
-        The CVaR, or NaN for an empty array.
+        The CVaR, or NaN for an empty array or one holding a NaN.
     """
     values = np.asarray(values, dtype=float).reshape(-1)
-    if values.size == 0:
+    if values.size == 0 or np.isnan(values).any():
         return float("nan")
     if tail == "lower":
         var = np.percentile(values, 100 * alpha)
@@ -227,11 +236,14 @@ def wall_time_to_threshold(
         steps_per_second: Average throughput, used when no curve is given: ``step / steps_per_second``.
 
     Returns:
-        Seconds (linear interpolation on the curve), or NaN if ``step`` is NaN or nothing can be computed.
+        Seconds (linear interpolation on the curve), or NaN if ``step`` is NaN, the curve holds a NaN, or
+        nothing can be computed.
     """
     if not np.isfinite(step):
         return float("nan")
     if steps is not None and wall_times is not None and np.size(steps) > 0:
+        if np.isnan(np.asarray(steps, dtype=float)).any() or np.isnan(np.asarray(wall_times, dtype=float)).any():
+            return float("nan")
         return float(np.interp(step, np.asarray(steps, dtype=float), np.asarray(wall_times, dtype=float)))
     if steps_per_second is not None and np.isfinite(steps_per_second) and steps_per_second > 0:
         return float(step / steps_per_second)

@@ -1,7 +1,10 @@
 """Per-environment reference numbers: sample-efficiency threshold, random-policy and reference scores.
 
-The numbers live in ``suite/data/envs.toml`` (STYLE.md: data in files, not in code), each with its source.
-Normalised score = ``(score - random_score) / (reference_score - random_score)``, so a uniformly random
+The numbers live in ``suite/data/envs.toml`` (STYLE.md: data in files, not in code), each with its source. An env
+that file does not list takes them from its :class:`suite.envs.EnvSpec` (a plugin's data; for an inferred
+gymnasium id, the threshold is gymnasium's ``reward_threshold``); without a random and a reference score its
+results are **not normalised**: the normalised columns are NaN ("n/a"), the across-env aggregates leave it out,
+and the source says so. Normalised score = ``(score - random_score) / (reference_score - random_score)``, so a uniformly random
 policy scores 0 and the reference agent scores 1 (Agarwal et al. 2021, "Deep RL at the Edge of the
 Statistical Precipice", Sec. 3, the usual human/random normalisation with a trained agent in place of the human).
 """
@@ -45,6 +48,11 @@ class EnvReference:
     """Sources of the three numbers."""
     env_id: str = ""
     """Environment id (key of ``envs.toml``)."""
+
+    @property
+    def normalised(self) -> bool:
+        """Whether both scores are known, so normalised scores exist (else they are NaN)."""
+        return bool(np.isfinite(self.random_score) and np.isfinite(self.reference_score))
 
     def normalise(self, scores: np.ndarray | float) -> np.ndarray:
         """Map raw returns to normalised scores: random policy -> 0, reference -> 1.
@@ -97,14 +105,11 @@ def env_reference(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> E
         The env's :class:`EnvReference`.
 
     Raises:
-        UserError: no data for ``env_id`` (the message lists the ids that have data), or an unsupported
-            TextMatch language.
+        UserError: an unsupported TextMatch language. An env without data is not an error: see the module doc.
     """
     data = _load_envs_data()
     if env_id not in data:
-        raise UserError(
-            f"no reference data for env {env_id!r} in suite/data/{ENVS_DATA_FILE}; known: {', '.join(sorted(data))}"
-        )
+        return _spec_reference(env_id)
     entry = data[env_id]
     if "text_match" in entry:
         threshold, random_score, reference_score = _text_match_reference(entry, env_kwargs or {})
@@ -115,3 +120,27 @@ def env_reference(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> E
         f"threshold: {entry['threshold_source']}; random: {entry['random_source']}; reference: {entry['reference_source']}"
     )
     return EnvReference(threshold, random_score, reference_score, source, env_id)
+
+
+NOT_NORMALISED = "not normalised"
+"""How a source starts when an env has no random/reference scores."""
+
+
+def _spec_reference(env_id: str) -> EnvReference:
+    """Reference numbers of an env ``envs.toml`` does not list: from its EnvSpec, NaN where it gives none."""
+    from suite.envs import get_env_spec
+
+    nan = float("nan")
+    try:
+        spec = get_env_spec(env_id)
+    except UserError:  # a plugin env whose plugin is not loaded in this process: nothing is known
+        spec = None
+    threshold = nan if spec is None or spec.threshold is None else float(spec.threshold)
+    parts = [spec.references_source] if spec is not None and spec.references_source else []
+    if spec is not None and spec.normalised:
+        assert spec.random_score is not None and spec.reference_score is not None
+        return EnvReference(threshold, float(spec.random_score), float(spec.reference_score), "; ".join(parts), env_id)
+    parts.append(
+        f"{NOT_NORMALISED}: no random and reference scores for {env_id} in suite/data/{ENVS_DATA_FILE} or its env spec"
+    )
+    return EnvReference(threshold, nan, nan, "; ".join(parts), env_id)

@@ -11,6 +11,12 @@ excluded, tasks may have different numbers of runs; functions here therefore tak
 which is exactly rliable's stratified bootstrap (its ``StratifiedBootstrap`` on a rectangular matrix and its
 ``StratifiedIndependentBootstrap`` on a list of arrays draw the same distribution).
 
+Missing values: NaN in gives NaN out. A NaN score is a run whose result is unknown; dropping it would bias every
+statistic towards the runs that did report, and numpy's sort puts NaN last, so a trimmed statistic (median, IQM)
+would silently come out finite. Every function here therefore returns NaN (point and interval) when any input
+score is NaN, as rliable's mean does; pass only the runs you mean to count (the tables exclude failed runs
+explicitly and report them).
+
 Determinism: rliable 1.2.0's bootstrap draws its indices with ``np.random.choice`` -- numpy's *global* RNG --
 even when ``random_state`` is given (``StratifiedBootstrap.update_indices``). Every bootstrap here therefore
 runs inside :func:`seeded_global_rng`, which seeds the global RNG and restores its previous state afterwards,
@@ -23,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -68,6 +75,11 @@ def derive_seed(seed: int, *parts: str) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
+def _has_nan(*arrays: Any) -> bool:
+    """Whether any of the arrays holds a NaN (see the module doc: NaN in gives NaN out)."""
+    return any(bool(np.isnan(np.asarray(a, dtype=float)).any()) for a in arrays)
+
+
 def iqm(scores: np.ndarray) -> float:
     """Interquartile mean: the mean of the middle 50% of all values (rliable ``aggregate_iqm``).
 
@@ -75,9 +87,13 @@ def iqm(scores: np.ndarray) -> float:
         scores: Any shape, e.g. ``(num_runs,)`` or ``(num_runs, num_tasks)``; pooled over all entries.
 
     Returns:
-        ``scipy.stats.trim_mean(scores, 0.25, axis=None)``: with n values, ``floor(n / 4)`` are cut from each end.
+        ``scipy.stats.trim_mean(scores, 0.25, axis=None)``: with n values, ``floor(n / 4)`` are cut from each end;
+        NaN if any score is NaN (``trim_mean`` would cut a NaN off the top end and return a finite number).
     """
-    return float(scipy.stats.trim_mean(np.asarray(scores, dtype=float), proportiontocut=0.25, axis=None))
+    values = np.asarray(scores, dtype=float)
+    if _has_nan(values):
+        return float("nan")
+    return float(scipy.stats.trim_mean(values, proportiontocut=0.25, axis=None))
 
 
 def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
@@ -88,8 +104,10 @@ def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
         gamma: Target; scores above it count as ``gamma``.
 
     Returns:
-        ``gamma - mean(min(scores, gamma))``; 0 when every run reaches ``gamma``.
+        ``gamma - mean(min(scores, gamma))``; 0 when every run reaches ``gamma``; NaN if any score is NaN.
     """
+    if _has_nan(scores):
+        return float("nan")
     return float(rly_metrics.aggregate_optimality_gap(np.asarray(scores, dtype=float), gamma))
 
 
@@ -142,12 +160,12 @@ def score_intervals(
         confidence: CI coverage.
 
     Returns:
-        ``{"mean": (point, lo, hi), "median": ..., "iqm": ...}``; all NaN when ``runs`` is empty.
+        ``{"mean": (point, lo, hi), "median": ..., "iqm": ...}``; all NaN when ``runs`` is empty or holds a NaN.
         With a single run the interval collapses onto the point.
     """
     runs = np.asarray(runs, dtype=float).reshape(-1)
     names = ("mean", "median", "iqm")
-    if runs.size == 0:
+    if runs.size == 0 or _has_nan(runs):
         nan = float("nan")
         return {name: (nan, nan, nan) for name in names}
     point, lo, hi = _interval_estimate([runs], _run_statistics, reps=reps, seed=seed, confidence=confidence)
@@ -174,10 +192,10 @@ def aggregate_intervals(
         confidence: CI coverage.
 
     Returns:
-        ``{"iqm": (point, lo, hi), "optimality_gap": (point, lo, hi)}``; NaN when there is no score.
+        ``{"iqm": (point, lo, hi), "optimality_gap": (point, lo, hi)}``; NaN when there is no score or one is NaN.
     """
     arrays = [np.asarray(a, dtype=float).reshape(-1) for a in task_scores if np.size(a) > 0]
-    if not arrays:
+    if not arrays or _has_nan(*arrays):
         nan = float("nan")
         return {"iqm": (nan, nan, nan), "optimality_gap": (nan, nan, nan)}
 
@@ -203,10 +221,13 @@ def probability_of_improvement(x_tasks: Sequence[np.ndarray], y_tasks: Sequence[
         y_tasks: Per-task run scores of Y, same task order, shapes ``(num_runs_y_m,)``.
 
     Returns:
-        The average over tasks, in ``[0, 1]``.
+        The average over tasks, in ``[0, 1]``; NaN if any score is NaN (a NaN compares as neither larger nor
+        smaller, which would count it as a loss for both sides).
     """
     if len(x_tasks) != len(y_tasks) or not x_tasks:
         raise ValueError(f"need the same non-zero number of tasks for X and Y, got {len(x_tasks)} and {len(y_tasks)}")
+    if _has_nan(*x_tasks, *y_tasks):
+        return float("nan")
     per_task = [
         rly_metrics.probability_of_improvement(
             np.asarray(x, dtype=float).reshape(-1, 1), np.asarray(y, dtype=float).reshape(-1, 1)
@@ -234,8 +255,11 @@ def probability_of_improvement_interval(
         confidence: CI coverage.
 
     Returns:
-        ``(point, lo, hi)``.
+        ``(point, lo, hi)``; all NaN if any score is NaN.
     """
+    if _has_nan(*x_tasks, *y_tasks):
+        nan = float("nan")
+        return nan, nan, nan
     args: list[np.ndarray] = []
     for x, y in zip(x_tasks, y_tasks, strict=True):
         args += [np.asarray(x, dtype=float).reshape(-1), np.asarray(y, dtype=float).reshape(-1)]
@@ -257,9 +281,11 @@ def score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
         taus: Thresholds, shape ``(num_taus,)``.
 
     Returns:
-        Shape ``(num_taus,)``, non-increasing in tau.
+        Shape ``(num_taus,)``, non-increasing in tau; all NaN if any score is NaN.
     """
     flat = np.asarray(scores, dtype=float).reshape(-1)
+    if _has_nan(flat):
+        return np.full(np.shape(taus), np.nan, dtype=float).reshape(-1)
     return (flat[None, :] > np.asarray(taus, dtype=float).reshape(-1, 1)).mean(axis=1)
 
 
@@ -285,11 +311,11 @@ def performance_profile_intervals(
         confidence: CI coverage.
 
     Returns:
-        ``(profile, lower, upper)``, each of shape ``(num_taus,)``; NaN when there is no score.
+        ``(profile, lower, upper)``, each of shape ``(num_taus,)``; NaN when there is no score or one is NaN.
     """
     taus = np.asarray(taus, dtype=float).reshape(-1)
     arrays = [np.asarray(a, dtype=float).reshape(-1) for a in task_scores if np.size(a) > 0]
-    if not arrays:
+    if not arrays or _has_nan(*arrays):
         nan = np.full(taus.shape, np.nan)
         return nan, nan.copy(), nan.copy()
     if len({a.size for a in arrays}) == 1:

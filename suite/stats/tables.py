@@ -144,10 +144,19 @@ def _algo_counts(counts: pd.DataFrame) -> pd.DataFrame:
 
 
 def _task_scores(trials: pd.DataFrame, refs: Mapping[str, EnvReference]) -> dict[str, dict[str, np.ndarray]]:
-    """``{algo: {env_label: normalised final scores of ok trials, shape (n_ok,)}}`` for non-empty groups."""
+    """``{algo: {env_label: normalised final scores of ok trials, shape (n_ok,)}}`` for non-empty groups of envs that
+    are normalised (an env without random/reference scores is left out of every across-env aggregate).
+
+    Raises:
+        UserError: no env of the trials is normalised.
+    """
     ok = _ok_final_scores(trials)
+    if refs and not any(ref.normalised for ref in refs.values()):
+        raise UserError(f"not normalised: no env of these runs ({', '.join(refs)}) has random and reference scores")
     out: dict[str, dict[str, np.ndarray]] = {}
     for (algo, label), rows in ok.groupby(GROUP, sort=True):
+        if not refs[str(label)].normalised:
+            continue
         out.setdefault(str(algo), {})[str(label)] = refs[str(label)].normalise(rows["final_eval_mean"].to_numpy(float))
     return out
 
@@ -358,8 +367,10 @@ def significance_table(
         One row per (env_label, pair): ``env_label, algo_a, algo_b, n_a, n_b, n_excluded_a, n_excluded_b``
         (failed + diverged), ``mean_a, mean_b, std_a, std_b`` (ddof 1), ``diff`` (a - b), ``cohens_d``,
         ``welch_t, welch_p, mwu_u, mwu_p``, ``welch_p_holm, mwu_p_holm`` (Holm over all rows of the table,
-        per test), ``welch_reject, mwu_reject`` (adjusted p <= alpha) and ``seeds_needed`` (runs per
-        algorithm for Welch's test to reach ``power`` at ``alpha``, two-sided; <NA> if unreachable).
+        per test), ``welch_reject, mwu_reject`` (adjusted p <= alpha), ``seeds_needed`` (runs per algorithm for
+        Welch's test to reach ``power`` at ``alpha``, two-sided; <NA> when no number is: unreachable, or the
+        effect size is undefined) and ``seeds_needed_text`` (``17``, ``undefined`` when both pilots have zero
+        spread or fewer than 2 runs, ``> 10,000`` when unreachable).
     """
     _check_trials(trials, ["final_eval_mean"])
     counts = count_statuses(trials).set_index(GROUP)
@@ -401,13 +412,14 @@ def significance_table(
                     "welch_p": welch_p,
                     "mwu_u": mwu_u,
                     "mwu_p": mwu_p,
-                    "seeds_needed": needed,
+                    "seeds_needed": needed if isinstance(needed, int) else None,
+                    "seeds_needed_text": sig.seeds_needed_text(needed),
                 }
             )
     columns = [
         "env_label", "algo_a", "algo_b", "n_a", "n_b", "n_excluded_a", "n_excluded_b", "mean_a", "mean_b",
         "std_a", "std_b", "diff", "cohens_d", "welch_t", "welch_p", "mwu_u", "mwu_p",
-        "welch_p_holm", "mwu_p_holm", "welch_reject", "mwu_reject", "seeds_needed",
+        "welch_p_holm", "mwu_p_holm", "welch_reject", "mwu_reject", "seeds_needed", "seeds_needed_text",
     ]  # fmt: skip
     table = pd.DataFrame(rows, columns=[c for c in columns if not c.endswith(("_holm", "_reject"))])
     for test in ("welch", "mwu"):
@@ -488,7 +500,8 @@ def sample_efficiency_table(trials: pd.DataFrame, evals: pd.DataFrame) -> pd.Dat
             {
                 "threshold": refs[label].threshold,
                 "n_reached": int(reached.size),
-                "steps_to_threshold_median": _median_with_never(steps),
+                # No threshold (NaN): "n/a", not "not reached".
+                "steps_to_threshold_median": _median_with_never(steps) if np.isfinite(refs[label].threshold) else np.nan,
                 "steps_to_threshold_mean": float(reached.mean()) if reached.size else float("nan"),
                 "auc_mean": float(np.nanmean(auc)) if np.isfinite(auc).any() else float("nan"),
                 "auc_std": float(np.nanstd(auc, ddof=1)) if np.isfinite(auc).sum() > 1 else float("nan"),

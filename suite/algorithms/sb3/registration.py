@@ -1,0 +1,113 @@
+"""Training and registration of ``sb3-ppo``, ``sb3-a2c``, ``sb3-dqn``, ``sb3-sac`` and ``sb3-td3``."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from suite.algorithms.core import Diverged
+from suite.algorithms.sb3.agent import SB3Agent, policy_factory
+from suite.algorithms.sb3.callback import TrialCallback, check_finite
+from suite.algorithms.sb3.config import FLAVOURS, sb3_kwargs
+from suite.algorithms.sb3.vec_env import SuiteVecEnv
+from suite.algorithms.sb3.zoo import ZOO_COMMIT, zoo_env_defaults
+from suite.registry import register
+
+if TYPE_CHECKING:
+    from suite.trial import TrialContext
+
+
+def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
+    """Train SB3's ``algo`` class inside a trial and return its policy as an :class:`SB3Agent`."""
+    flavour = FLAVOURS[algo]
+    envs = ctx.make_envs(cfg.n_envs, vectorization=cfg.vectorization)
+    venv: VecEnv = SuiteVecEnv(envs, ctx)
+    if cfg.normalize:
+        # The zoo's `normalize: true`: VecNormalize(norm_obs=True, norm_reward=True, gamma=<the algorithm's gamma>).
+        venv = VecNormalize(venv, norm_obs=True, norm_reward=True, gamma=cfg.gamma)
+    # No seed=: it would re-seed Python/numpy/torch with another value than the runner's seed_everything did.
+    model = flavour.sb3_cls(cfg.policy, venv, verbose=0, device="cpu", **sb3_kwargs(flavour, cfg, venv.action_space))
+    model.set_logger(Logger(folder=None, output_formats=[]))  # values are read by TrialCallback, nothing printed
+    agent = SB3Agent(model.policy, venv.observation_space.shape or (), cfg.normalize)
+    if isinstance(venv, VecNormalize):
+        agent.attach(venv)
+    callback = TrialCallback(ctx, agent, on_policy=isinstance(model, OnPolicyAlgorithm))
+    try:
+        model.learn(total_timesteps=ctx.total_timesteps, callback=callback)
+    except ValueError as exc:
+        # NaN parameters surface as torch.distributions argument errors: report them as divergence, like the
+        # suite's own algorithms do.
+        try:
+            check_finite(model.policy)
+        except Diverged as div:
+            raise div from exc
+        raise
+    ctx.steps = int(model.num_timesteps)
+    return agent
+
+
+def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observations: tuple[str, ...],
+              notes: str = "") -> None:  # fmt: skip
+    flavour = FLAVOURS[algo]
+
+    def train(ctx: Any, cfg: Any) -> SB3Agent:
+        return train_sb3(algo, ctx, cfg)
+
+    train.__name__ = train.__qualname__ = f"train_sb3_{algo}"
+    train.__doc__ = f"Train ``stable_baselines3.{flavour.sb3_cls.__name__}`` inside a trial."
+    register(
+        f"sb3-{algo}",
+        version="1.1.0",
+        summary=summary,
+        reference=(
+            f"stable-baselines3 {flavour.sb3_cls.__name__} (Raffin et al. 2021, JMLR 22(268)); hyperparameters: "
+            f"rl-baselines3-zoo hyperparams/{algo}.yml @ {ZOO_COMMIT} (baselines/hyperparams/{algo}.yml)"
+        ),
+        action_spaces=action_spaces,
+        observations=observations,
+        config=flavour.config_cls,
+        hyperparams=functools.partial(zoo_env_defaults, algo),
+        notes=(
+            "The real SB3 class, run through the suite's trial runner: the suite's envs (Atari: the suite's "
+            "pipeline, not SB3's AtariWrapper; no FireReset), seeds, evaluation and records. " + notes
+        ),
+        extra={"peer": "stable-baselines3", "sb3_class": flavour.sb3_cls.__name__, "zoo_commit": ZOO_COMMIT},
+        policy_factory=policy_factory(algo),
+    )(train)
+
+
+_register(
+    "ppo",
+    summary="Stable-Baselines3 PPO with the zoo's hyperparameters (peer baseline for ppo)",
+    action_spaces=("discrete", "box"),
+    observations=("vector", "image"),
+)
+_register(
+    "a2c",
+    summary="Stable-Baselines3 A2C with the zoo's hyperparameters",
+    action_spaces=("discrete", "box"),
+    observations=("vector", "image"),
+)
+_register(
+    "dqn",
+    summary="Stable-Baselines3 DQN with the zoo's hyperparameters",
+    action_spaces=("discrete",),
+    observations=("vector", "image"),
+    notes="Atari: optimize_memory_usage off (SB3 refuses it with timeout handling, SB3 issue 934).",
+)
+_register(
+    "sac",
+    summary="Stable-Baselines3 SAC with the zoo's hyperparameters",
+    action_spaces=("box",),
+    observations=("vector",),
+)
+_register(
+    "td3",
+    summary="Stable-Baselines3 TD3 with the zoo's hyperparameters",
+    action_spaces=("box",),
+    observations=("vector",),
+)

@@ -1,0 +1,271 @@
+"""``suite reproduce``: run a claim set's missing trials, measure every cell, judge it, write the tables.
+
+Trials are identified by their key (algorithm id + version, resolved config, env, seed, budget, ...), so a
+claim set re-runs exactly the trials whose key changed: a version bump of one algorithm re-runs that
+algorithm's cells and nothing else. Cells read their trials by key, never by study membership, so a table
+never mixes versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from suite.claims.claimset import Arm, Cell, ClaimSet, Expansion
+from suite.claims.metrics import RunData, compare, get_metric, run_values, statistic_of
+from suite.claims.verdict import INCONCLUSIVE, judge
+from suite.executors import ExecOptions, RunSummary, execute
+from suite.report.build import training_curve_label
+from suite.report.display import format_number
+from suite.store import ResultsStore
+from suite.study import TIERS
+from suite.trial import ResolvedTrial
+
+DEFAULT_REPS = 2_000
+"""Bootstrap replications per cell (the reports' default; rliable's is 50,000)."""
+
+
+@dataclass
+class ArmResult:
+    """What one arm of one cell measured."""
+
+    arm: Arm
+    """The arm."""
+    keys: list[str]
+    """Trial keys (one per seed)."""
+    values: np.ndarray
+    """Metric value of each ok run with a defined value, ``(n,)``."""
+    point: float
+    """The cell's statistic over ``values``."""
+    n_ok: int
+    """Ok trials."""
+    n_failed: int
+    """Failed or diverged trials."""
+    n_missing: int
+    """Trials not in the database."""
+    run_budget: int
+    """Budget each trial ran at."""
+    steps_trained: list[int]
+    """Distinct ``steps`` of its recorded trials (what was trained; the budget, except for failures)."""
+    steps_per_second: float
+    """Mean training throughput of its ok trials (NaN without any)."""
+    versions: list[str]
+    """Distinct ``algo version`` of its recorded trials."""
+    curve: str
+    """Which training episodes its curve holds: ``whole episodes`` or ``capped at N steps (...)``."""
+
+
+@dataclass
+class CellResult:
+    """A measured, judged cell."""
+
+    index: int
+    """Position in the claim set."""
+    cell: Cell
+    """The claim."""
+    tier: str
+    """Tier it ran at."""
+    arms: list[ArmResult]
+    """A, then B."""
+    point: float
+    """Measured quantity (value, improvement, ratio)."""
+    lo: float
+    """95% CI lower bound."""
+    hi: float
+    """95% CI upper bound."""
+    verdict: str
+    """See :mod:`suite.claims.verdict`."""
+    reason: str
+    """Why."""
+    seeds_needed: int | None = None
+    """Seeds per arm for power 0.8, where the verdict says so."""
+    settle_tier: str | None = None
+    """When the budget was short: the tier that runs the claim's budget."""
+    core_hours: float | None = None
+    """When the budget or the seeds were short: estimated core-hours to settle it (recorded speeds)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def execute_trials(
+    trials: Sequence[ResolvedTrial],
+    db_path: Path,
+    *,
+    study: str,
+    tier: str,
+    options: ExecOptions | None = None,
+) -> RunSummary:
+    """Run the trials not yet in the database exactly as ``suite run`` does (:func:`suite.executors.execute`: same
+    executors, retries, timeouts, interrupts, records and saved models), as members of ``study`` at ``tier``."""
+    from tqdm import tqdm
+
+    def on_finish(rec: dict[str, Any]) -> None:
+        score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
+        tqdm.write(
+            f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
+            f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s"
+            + (f"  [{rec['error']}]" if rec["error"] else ""),
+            file=sys.stderr,
+        )
+
+    options = dataclasses.replace(options or ExecOptions(), print_table=False, on_finish=on_finish)
+    return execute(list(trials), db_path=db_path, study=study, tier=tier, options=options)
+
+
+@dataclass
+class _Frames:
+    trials: pd.DataFrame
+    evals: pd.DataFrame
+    curves: pd.DataFrame
+    updates: pd.DataFrame
+
+    def run_data(self, key: str) -> RunData | None:
+        rows = self.trials[self.trials["key"] == key]
+        if rows.empty:
+            return None
+        trial = rows.iloc[0].to_dict()
+        ev = self.evals[self.evals["key"] == key]
+        means = ev.groupby("step", sort=True)["return"].mean()
+        cv = self.curves[self.curves["key"] == key]
+        up = self.updates[self.updates["key"] == key] if "key" in self.updates.columns else self.updates.iloc[0:0]
+        return RunData(
+            trial=trial,
+            eval_steps=means.index.to_numpy(dtype=float),
+            eval_means=means.to_numpy(dtype=float),
+            curve_steps=cv["step"].to_numpy(dtype=float),
+            curve_returns=cv["return"].to_numpy(dtype=float),
+            update_steps=np.sort(up["step"].to_numpy(dtype=float)) if "step" in up.columns else np.empty(0),
+        )
+
+
+def _load(store: ResultsStore, keys: Sequence[str]) -> _Frames:
+    keys = list(dict.fromkeys(keys))
+    return _Frames(store.trials(keys=keys), store.evals(keys), store.curves(keys), store.updates(keys))
+
+
+def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budget: int) -> ArmResult:
+    metric = get_metric(cell.metric)
+    rows = frames.trials[frames.trials["key"].isin(keys)]
+    ok_keys = rows.loc[rows["status"] == "ok", "key"].tolist()
+    runs = [r for r in (frames.run_data(k) for k in ok_keys) if r is not None]
+    values = run_values(metric, runs, cell.params)
+    values = values[~np.isnan(values)]
+    ok = rows[rows["status"] == "ok"]
+    sps = ok["steps_per_second"].to_numpy(dtype=float)
+    return ArmResult(
+        arm=arm,
+        keys=keys,
+        values=values,
+        point=statistic_of(values, cell.statistic),
+        n_ok=len(ok_keys),
+        n_failed=int((rows["status"] != "ok").sum()),
+        n_missing=len(set(keys) - set(rows["key"])),
+        run_budget=run_budget,
+        steps_trained=sorted({int(s) for s in rows["steps"].dropna()}),
+        steps_per_second=float(np.nanmean(sps)) if np.isfinite(sps).any() else float("nan"),
+        versions=sorted({f"{a} {v}" for a, v in zip(rows["algo"], rows["algo_version"], strict=True)}),
+        curve=training_curve_label([r.trial.get("metrics") for r in runs]) if metric.training_curve else "",
+    )
+
+
+def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, float | None]:
+    """The first tier that runs every arm at the claim's budget, and the core-hours it needs (recorded speeds)."""
+    tier = next(t for t in TIERS if all(claims.run_budget(cell, a.arm, t) >= cell.budget for a in arms))
+    hours = 0.0
+    for a in arms:
+        if not math.isfinite(a.steps_per_second) or a.steps_per_second <= 0:
+            return tier, None
+        hours += len(cell.seeds) * cell.budget / a.steps_per_second / 3600.0
+    return tier, hours
+
+
+def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEFAULT_REPS, seed: int = 0) -> list[CellResult]:
+    """Measure and judge every cell of an expanded claim set from the trials recorded in ``store``."""
+    claims = expansion.claims
+    frames = _load(store, [k for per_arm in expansion.cell_keys.values() for ks in per_arm.values() for k in ks])
+    out = []
+    for i, cell in enumerate(claims.cells):
+        per_arm = expansion.cell_keys[i]
+        arms = [
+            _arm_result(cell, arm, per_arm[arm.name], frames, claims.run_budget(cell, arm, expansion.tier))
+            for arm in cell.arms
+        ]
+        a, b = arms[0], (arms[1] if len(arms) > 1 else None)
+        point, lo, hi = compare(
+            a.values, None if b is None else b.values, comparison=cell.comparison, statistic=cell.statistic,
+            relative=cell.relative, reps=reps, seed=seed, identity=f"{claims.name}/{cell.label}",
+        )  # fmt: skip
+        short = [x for x in arms if x.run_budget < cell.budget]
+        settle_tier, hours, budget_text = None, None, None
+        if short:
+            settle_tier, hours = _settle(claims, cell, arms)
+            cost = f", about {format_number(hours)} core-hours from the recorded speeds" if hours is not None else ""
+            budget_text = (
+                f"ran {short[0].run_budget:,} steps of the claim's {cell.budget:,}: --tier {settle_tier} settles it{cost}"
+            )
+        judgement = judge(
+            comparison=cell.comparison, claimed=cell.claimed, interval=(point, lo, hi), a=a.values,
+            b=None if b is None else b.values, b_point=None if b is None else b.point, relative=cell.relative,
+            metric=cell.metric, env_id=cell.env_id, env_kwargs=cell.env_kwargs, seeds_required=len(cell.seeds),
+            missing=sum(x.n_missing for x in arms), failed=sum(x.n_failed for x in arms), budget_short=budget_text,
+        )  # fmt: skip
+        if judgement.verdict != INCONCLUSIVE:
+            settle_tier, hours = None, None  # impossible whatever a longer run would measure
+        result = CellResult(
+            index=i, cell=cell, tier=expansion.tier, arms=arms, point=point, lo=lo, hi=hi, verdict=judgement.verdict,
+            reason=judgement.reason, seeds_needed=judgement.seeds_needed, settle_tier=settle_tier, core_hours=hours,
+        )  # fmt: skip
+        if judgement.verdict == INCONCLUSIVE and judgement.seeds_needed and not short:
+            speeds = [x.steps_per_second for x in arms]
+            if all(math.isfinite(s) and s > 0 for s in speeds):
+                result.core_hours = sum(judgement.seeds_needed * x.run_budget / x.steps_per_second / 3600 for x in arms)
+        out.append(result)
+    return out
+
+
+def reproduce(
+    claims: ClaimSet,
+    *,
+    db_path: Path,
+    out_dir: Path,
+    tier: str | None = None,
+    seeds: Sequence[int] | None = None,
+    options: ExecOptions | None = None,
+    run: bool = True,
+    reps: int = DEFAULT_REPS,
+    command: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> tuple[list[CellResult], RunSummary | None]:
+    """Run what is missing (unless ``run`` is False), judge every cell, write the tables, print the summary.
+
+    Returns:
+        The cell results and the run summary (None when nothing was run).
+
+    Raises:
+        UserError: an unknown tier, a trial that does not resolve, a database that is not ours, an unwritable
+            output folder (all before any trial runs, except the last).
+    """
+    from suite.claims.tables import terminal_summary, write_tables
+
+    expansion = claims.expand(tier, seeds)
+    summary = None
+    if run:
+        summary = execute_trials(
+            list(expansion.trials.values()), db_path, study=claims.study, tier=expansion.tier, options=options
+        )
+        if summary.interrupted:
+            return [], summary
+    with ResultsStore(db_path, create=run) as store:
+        results = evaluate_cells(expansion, store, reps=reps)
+    command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)}"
+    write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command, reps=reps)
+    echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir))
+    return results, summary

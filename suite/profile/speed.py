@@ -1,0 +1,395 @@
+"""``suite profile speed``: where a trial's time goes, and how close it runs to the limit of its env and network.
+
+One training slice of an algorithm on an env is run three times in this process, same seed:
+
+1. **timed**: a :class:`LapClock` on the trial context (``ctx.clock``) is read by the shared core, which charges
+   the wall time of each part of its loop to a name: ``inference`` (policy forward and sampling), ``env_step``,
+   ``storage`` (buffers, reward handling, episode bookkeeping) in the rollout; ``minibatch`` (gathering samples),
+   ``forward`` (network forward and loss), ``backward``, ``optimizer`` (gradient statistics, clip, Adam) in the
+   update; the trial's phases give ``advantages`` and ``evaluation`` (one final evaluation);
+2. **limit**: the same work with everything but the env and the network removed, timed in the same run: the env
+   stepped alone (the trainer's vector env, random actions, as many vector steps as training took) and the network
+   alone (as many inference forwards of the same batch, as many forward + backward + optimiser steps of the same
+   minibatch size, on random inputs, through the same path training used: the hand-derived kernel of
+   :mod:`suite.algorithms.fused` where it applies, modules and autograd otherwise). Training steps/s as a
+   fraction of the limit's steps/s says how much of the loop is overhead;
+3. **top functions**: under ``cProfile`` (which adds ~1 us per Python call, so it inflates Python-heavy parts;
+   its times are for ranking, the timed run's are the figures).
+
+The clock costs one ``is not None`` test per part when absent (every normal trial) and one ``perf_counter`` call
+per part when present. ``sb3-*`` algorithms get phases, the env limit and the top functions (their networks are
+SB3's, outside the suite's core).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import json
+import pstats
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from suite.errors import UserError
+
+DEFAULT_STEPS = 20_480
+"""Training slice for vector-observation envs (80 rollouts of CartPole's zoo settings)."""
+
+DEFAULT_STEPS_IMAGE = 3_072
+"""Training slice for Atari (3 rollouts of the zoo's 8 envs x 128 steps)."""
+
+PARTS = {
+    "rollout": ("inference", "env_step", "storage"),
+    "update": ("minibatch", "forward", "backward", "group_gradients", "optimizer"),
+}
+"""The parts the core's clock names, per phase (``update_setup`` and anything unnamed is reported as ``other``)."""
+
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+"""``cpu``: this process's CPU time (robust on a shared machine, equal to wall time on an idle one for the
+single-threaded loop; misses async env workers); ``wall``: elapsed time."""
+
+
+class LapClock:
+    """Charges time to named parts of the training loop: :meth:`lap` gives the time since the previous lap (or since
+    the current phase began) to ``name``, with the number of samples it processed; :meth:`begin`/:meth:`end` time
+    the phases themselves with the same clock."""
+
+    def __init__(self, kind: str = "cpu") -> None:
+        if kind not in CLOCKS:
+            raise UserError(f"unknown clock {kind!r}; allowed: {', '.join(CLOCKS)}")
+        self.now = CLOCKS[kind]
+        self.totals: dict[tuple[str, str], float] = {}
+        self.calls: dict[tuple[str, str], int] = {}
+        self.samples: dict[tuple[str, str], int] = {}
+        self.phases: dict[str, float] = {}
+        self.phase = "none"
+        self.trainer: Any = None
+        self._t = self._phase_t0 = self.now()
+
+    def attach(self, trainer: Any) -> None:
+        """Called by a trainer that reads this clock (the profiler uses its policy, stepper and envs)."""
+        self.trainer = trainer
+
+    def begin(self, phase: str) -> None:
+        self.phase = phase
+        self._t = self._phase_t0 = self.now()
+
+    def end(self) -> None:
+        if self.phase != "none":
+            self.phases[self.phase] = self.phases.get(self.phase, 0.0) + self.now() - self._phase_t0
+        self.phase = "none"
+
+    def lap(self, name: str, samples: int = 0) -> None:
+        t = self.now()
+        key = (self.phase, name)
+        self.totals[key] = self.totals.get(key, 0.0) + t - self._t
+        self.calls[key] = self.calls.get(key, 0) + 1
+        self.samples[key] = self.samples.get(key, 0) + samples
+        self._t = t
+
+    def part(self, name: str) -> tuple[float, int, int]:
+        """``(seconds, calls, samples)`` of a part summed over phases."""
+        keys = [k for k in self.totals if k[1] == name]
+        return (
+            sum(self.totals[k] for k in keys),
+            sum(self.calls[k] for k in keys),
+            sum(self.samples[k] for k in keys),
+        )
+
+
+@dataclass
+class SpeedProfile:
+    """What :func:`profile_speed` measured. Times in seconds."""
+
+    algo: str
+    env_label: str
+    steps: int
+    phases: dict[str, float]
+    """Phase -> seconds (``rollout``, ``advantages``, ``update``, ``eval``)."""
+    parts: dict[str, dict[str, float]]
+    """Phase -> part -> seconds (with ``other`` = the phase's time not charged to a named part)."""
+    calls: dict[str, int]
+    """Part -> calls."""
+    train_time: float
+    limit: dict[str, Any] = field(default_factory=dict)
+    """``env_s``, ``network_s``, ``limit_s``, their work (``env_vector_steps``...), ``network_path``."""
+    top: list[dict[str, Any]] = field(default_factory=list)
+    """cProfile's top functions: ``function``, ``calls``, ``tottime_s``, ``cumtime_s``."""
+    clock: str = "cpu"
+    """``cpu`` (process CPU time) or ``wall``: what every time here is."""
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps / self.train_time if self.train_time > 0 else 0.0
+
+    @property
+    def limit_fraction(self) -> float | None:
+        """Training steps/s over the limit's steps/s (= limit time / training time)."""
+        lim = self.limit.get("limit_s")
+        return lim / self.train_time if lim and self.train_time > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "algo": self.algo,
+            "env": self.env_label,
+            "steps": self.steps,
+            "train_time_s": self.train_time,
+            "steps_per_second": self.steps_per_second,
+            "phases": self.phases,
+            "parts": self.parts,
+            "calls": self.calls,
+            "limit": self.limit,
+            "limit_fraction": self.limit_fraction,
+            "top_functions": self.top,
+            "clock": self.clock,
+        }
+
+
+def _resolve(
+    algo: str,
+    env: str,
+    steps: int | None,
+    overrides: Mapping[str, Any],
+    env_kwargs: Mapping[str, Any],
+    seed: int,
+    threads: int,
+) -> Any:
+    from suite.envs import get_env_spec
+    from suite.trial import TrialSpec
+
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps must be >= 1, got {steps}")
+    if steps is None:
+        steps = DEFAULT_STEPS_IMAGE if get_env_spec(env).observation == "image" else DEFAULT_STEPS
+    # one evaluation, at the end (eval_freq = the budget): its time is the profile's "evaluation"
+    spec = TrialSpec(algo, env, seed, steps, overrides=dict(overrides), env_kwargs=dict(env_kwargs), threads=threads,
+                     n_eval_episodes=10, eval_freq=steps)  # fmt: skip
+    return spec.resolve()
+
+
+def _run_slice(resolved: Any, clock: LapClock | None) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Train the slice and evaluate once; returns ``(ctx, policy, make_envs calls)``. The context is closed."""
+    from suite.trial import TrialContext, seed_everything
+
+    seed_everything(resolved.spec.seed, resolved.spec.threads)
+    ctx = TrialContext(resolved)
+    made: list[dict[str, Any]] = []
+    make_envs = ctx.make_envs
+
+    def recording_make_envs(n_envs: int, **kwargs: Any) -> Any:
+        made.append({"n_envs": n_envs, **kwargs})
+        return make_envs(n_envs, **kwargs)
+
+    ctx.make_envs = recording_make_envs  # type: ignore[method-assign]
+    if clock is not None:
+        ctx.clock = clock  # type: ignore[attr-defined]
+        begin_phase, end_phase = ctx.begin_phase, ctx.end_phase
+
+        def timed_begin(name: str) -> None:
+            begin_phase(name)
+            clock.begin(name)
+
+        def timed_end() -> None:
+            clock.end()
+            end_phase()
+
+        ctx.begin_phase = timed_begin  # type: ignore[method-assign]
+        ctx.end_phase = timed_end  # type: ignore[method-assign]
+    try:
+        policy = resolved.algo.train(ctx, resolved.config)
+        ctx.evaluate(policy, final=True)
+    finally:
+        ctx.end_phase()
+        ctx.close()
+    return ctx, policy, made
+
+
+def _time_env(resolved: Any, made: list[dict[str, Any]], vector_steps: int, now: Any) -> float:
+    """Seconds to step the trainer's (first) vector env ``vector_steps`` times with random actions."""
+    from suite.envs import make_vec_env
+
+    kwargs = dict(made[0])
+    n_envs = kwargs.pop("n_envs")
+    kwargs.setdefault("env_kwargs", dict(resolved.env_kwargs))
+    envs = make_vec_env(resolved.spec.env_id, n_envs, **kwargs)
+    try:
+        envs.reset(seed=resolved.spec.seed * 10_000)
+        envs.action_space.seed(resolved.spec.seed)
+        pool = [envs.action_space.sample() for _ in range(64)]
+        t = now()
+        for i in range(vector_steps):
+            envs.step(pool[i % 64])
+        return now() - t
+    finally:
+        envs.close()
+
+
+def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int, int], now: Any) -> tuple[float, str]:
+    """Seconds for ``inference = (calls, batch)`` forwards and ``training = (steps, batch)`` forward + backward +
+    optimiser steps of the trainer's network on random inputs, by the path training used. Returns (s, path)."""
+    policy, stepper = trainer.policy, trainer.stepper
+    kernel = getattr(trainer, "kernel", None) or getattr(getattr(trainer, "collector", None), "kernel", None)
+    fused_update = bool(getattr(trainer, "fused", False))
+    g = torch.Generator().manual_seed(0)
+
+    envs = getattr(trainer, "envs", None) or trainer.collector.envs
+    obs_shape = tuple(envs.single_observation_space.shape)
+
+    def inputs(batch: int) -> torch.Tensor:
+        if policy.image:
+            return torch.randint(0, 256, (batch, *obs_shape), dtype=torch.uint8, generator=g)
+        return torch.randn(batch, int(np.prod(obs_shape)), generator=g)
+
+    n_inf, b_inf = inference
+    n_train, b_train = training
+    x_inf = inputs(max(b_inf, 1))
+    x_train = inputs(max(b_train, 1))
+    actions = torch.zeros(max(b_train, 1), *policy.action_shape, dtype=torch.long if policy.discrete else torch.float32)
+    t = now()
+    with torch.no_grad():
+        for _ in range(n_inf):
+            if kernel is not None:
+                kernel.infer(x_inf)
+            else:
+                policy(x_inf)
+    for _ in range(n_train):
+        stepper.zero_grad()
+        if fused_update and kernel is not None:
+            logp, ent, values, state = kernel.evaluate(x_train, actions)
+            dv = None if values is None else np.ones_like(values)
+            kernel.backward(state, np.ones_like(logp), None, dv)
+        else:
+            params, values = policy(x_train)
+            (params.sum() + (values.sum() if values is not None else 0.0)).backward()
+        stepper.apply()
+    path = "hand-derived kernel" if fused_update and kernel is not None else "modules + autograd"
+    elapsed = now() - t
+    if kernel is not None and not fused_update:
+        path += " (kernel inference)"
+    return elapsed, path
+
+
+def _top_functions(resolved: Any, top: int) -> list[dict[str, Any]]:
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        _run_slice(resolved, None)
+    finally:
+        prof.disable()
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    rows = []
+    for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        where = filename.split("site-packages/")[-1].split("/suite/")[-1] if "/" in filename else filename
+        rows.append({"function": f"{where}:{line}({name})", "calls": ncalls, "tottime_s": tottime, "cumtime_s": cumtime})
+    rows.sort(key=lambda r: -r["tottime_s"])
+    return rows[:top]
+
+
+def profile_speed(
+    algo: str,
+    env: str,
+    *,
+    steps: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    top: int = 15,
+    with_cprofile: bool = True,
+    clock: str = "cpu",
+) -> SpeedProfile:
+    """Time a training slice by parts, measure its limit and (optionally) its top functions (module docstring).
+
+    Raises:
+        UserError: a bad id, override or step count (before anything runs).
+    """
+    from suite.envs import env_label
+
+    laps = LapClock(clock)
+    resolved = _resolve(algo, env, steps, overrides or {}, env_kwargs or {}, seed, threads)
+    ctx, _policy, made = _run_slice(resolved, laps)
+    phases = dict(laps.phases)
+    parts: dict[str, dict[str, float]] = {}
+    for phase, seconds in phases.items():
+        named = {name: t for (ph, name), t in laps.totals.items() if ph == phase}
+        if named:
+            named["other"] = max(seconds - sum(named.values()), 0.0)
+            parts[phase] = named
+    calls = {name: laps.part(name)[1] for (_ph, name) in laps.totals}
+    prof = SpeedProfile(
+        algo=resolved.algo.id, env_label=env_label(env, resolved.env_kwargs), steps=ctx.steps, phases=phases,
+        parts=parts, calls=calls, train_time=sum(t for name, t in phases.items() if name != "eval"), clock=clock,
+    )  # fmt: skip
+    # the limit: env alone and network alone, for the same work
+    _t, env_calls, _n = laps.part("env_step")
+    if made and env_calls:
+        prof.limit["env_vector_steps"] = env_calls
+        prof.limit["env_s"] = _time_env(resolved, made, env_calls, laps.now)
+    trainer = laps.trainer
+    _t, inf_calls, inf_samples = laps.part("inference")
+    _t, fwd_calls, fwd_samples = laps.part("forward")
+    _t, opt_calls, _n = laps.part("optimizer")
+    if trainer is not None and hasattr(trainer, "stepper"):
+        inference = (inf_calls, inf_samples // max(inf_calls, 1))
+        training = (opt_calls, fwd_samples // max(fwd_calls, 1))
+        prof.limit["network_s"], prof.limit["network_path"] = _time_network(trainer, inference, training, laps.now)
+        prof.limit["inference_calls"], prof.limit["inference_batch"] = inference
+        prof.limit["train_steps"], prof.limit["train_batch"] = training
+    if "env_s" in prof.limit:
+        prof.limit["limit_s"] = prof.limit["env_s"] + prof.limit.get("network_s", 0.0)
+        prof.limit["limit_steps_per_second"] = prof.steps / prof.limit["limit_s"] if prof.limit["limit_s"] else None
+    if with_cprofile:
+        prof.top = _top_functions(resolved, top)
+    return prof
+
+
+def format_speed_profile(prof: SpeedProfile) -> str:
+    """The terminal report: parts per phase, the limit and the top functions."""
+    lines = [f"{prof.algo} on {prof.env_label}: {prof.steps:,} steps, training {prof.train_time:.2f} s, "
+             f"{prof.steps_per_second:,.0f} steps/s (evaluation excluded; {prof.clock} time)", ""]  # fmt: skip
+    total = prof.train_time + prof.phases.get("eval", 0.0)
+    lines.append(f"{'phase / part':<24}{'time s':>9}{'share':>8}{'calls':>9}{'per call':>12}")
+    labels = {"inference": "policy inference", "env_step": "env step", "optimizer": "optimiser",
+              "minibatch": "minibatch gather", "update_setup": "update setup", "eval": "evaluation"}  # fmt: skip
+    for phase in ("rollout", "advantages", "update", "eval"):
+        if phase not in prof.phases:
+            continue
+        t = prof.phases[phase]
+        lines.append(f"{labels.get(phase, phase):<24}{t:>9.3f}{t / total:>8.1%}")
+        for name, s in sorted(prof.parts.get(phase, {}).items(), key=lambda kv: -kv[1]):
+            n = prof.calls.get(name, 0)
+            per = f"{1e6 * s / n:>9.1f} us" if n and name != "other" else ""
+            lines.append(
+                f"  {labels.get(name, name):<22}{s:>9.3f}{s / total:>8.1%}{(n if name != 'other' else ''):>9}{per:>12}"
+            )
+    lim = prof.limit
+    lines.append("")
+    if "env_s" in lim:
+        lines.append(f"limit (same work, same run): env alone {lim['env_s']:.3f} s ({lim['env_vector_steps']:,} vector steps)"
+                     + (f" + network alone {lim['network_s']:.3f} s ({lim['inference_calls']:,} inferences of "
+                        f"{lim['inference_batch']}, {lim['train_steps']:,} train steps of {lim['train_batch']}; "
+                        f"{lim['network_path']})" if "network_s" in lim else " (network: not the suite's core)"))  # fmt: skip
+        frac = prof.limit_fraction
+        lines.append(f"  = {lim['limit_s']:.3f} s, {lim['limit_steps_per_second']:,.0f} steps/s; training runs at "
+                     f"{frac:.2f} of the limit" if frac is not None else "")  # fmt: skip
+    if prof.top:
+        lines += ["", "top functions (cProfile, a second run of the slice; its overhead inflates Python-heavy code):",
+                  f"  {'tottime s':>10}{'cumtime s':>11}{'calls':>10}  function"]  # fmt: skip
+        for row in prof.top:
+            lines.append(f"  {row['tottime_s']:>10.3f}{row['cumtime_s']:>11.3f}{row['calls']:>10}  {row['function']}")
+    return "\n".join(lines)
+
+
+def write_json(prof: SpeedProfile, path: Path) -> None:
+    from suite.provenance import collect_provenance, utc_now_iso
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format_version": 1, "timestamp": utc_now_iso(), "machine": collect_provenance(1), **prof.as_dict()}
+    path.write_text(json.dumps(payload, indent=2, default=float))

@@ -1,0 +1,313 @@
+"""Claim sets: loading and validation, the metrics a claim names, comparisons with bootstrap CIs, the verdict rule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import suite.algorithms  # noqa: F401  (registers every algorithm)
+from suite.claims import list_claim_sets, load_claim_set, load_published, parse_claim_set
+from suite.claims.metrics import METRICS, RunData, compare, get_metric, run_values, statistic_of
+from suite.claims.verdict import (
+    IMPOSSIBLE,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    attainable_range,
+    judge,
+)
+from suite.config import config_to_dict
+from suite.errors import UserError
+from suite.registry import get_algorithm
+from suite.stats import long_term_risk, seeds_needed
+from suite.study import TIERS
+from suite.textmatch import sample_diversity
+
+SHIPPED = ("cleanrl-benchmark", "ppo-rlvr-prm-ablation", "seed000-text", "seed003-textmatch", "seed004-table", "zoo-benchmark")
+
+
+def minimal(**cell: Any) -> dict[str, Any]:
+    """A one-cell claim set table; ``cell`` entries replace the defaults of the only cell."""
+    base = {"column": "PPO", "arm": "ppo", "claimed": 498.2}
+    base.update(cell)
+    return {
+        "name": "t",
+        "arms": {"ppo": {"algo": "ppo"}, "grpo": {"algo": "grpo"}},
+        "rows": [{"label": "CartPole", "env": "CartPole-v1", "budget": 100_000, "cells": [base]}],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def test_every_shipped_claim_set_loads_and_expands_at_every_tier() -> None:
+    assert tuple(list_claim_sets()) == SHIPPED
+    for name in SHIPPED:
+        claims = load_claim_set(name)
+        for tier in TIERS:
+            expansion = claims.expand(tier)
+            assert len(expansion.cell_keys) == len(claims.cells)
+            for i, cell in enumerate(claims.cells):
+                assert [len(keys) for keys in expansion.cell_keys[i].values()] == [len(cell.seeds)] * len(cell.arms)
+
+
+def test_seed004_table_has_the_documents_four_rows_and_budgets() -> None:
+    claims = load_claim_set("seed004-table")
+    assert claims.rows == ["CartPole-v1", "LunarLander", "Atari Pong", "MuJoCo Hopper"]
+    assert claims.columns == ["PPO", "GRPO", "canonical GRPO", "gain"]
+    by = {(c.row, c.column): c for c in claims.cells}
+    assert by[("LunarLander", "GRPO")].claimed == 315.2 and by[("LunarLander", "GRPO")].arm.algo == "ppo-rlvr-prm"
+    assert by[("Atari Pong", "canonical GRPO")].arm.algo == "grpo"
+    gain = by[("MuJoCo Hopper", "gain")]
+    assert (gain.comparison, gain.relative, gain.claimed, gain.versus.algo if gain.versus else None) == (
+        "improvement",
+        True,
+        6.4,
+        "ppo",
+    )
+    # Zoo budgets for CartPole and LunarLander at the standard tier; Hopper at the standard tier; Pong reduced.
+    runs = {c.row: claims.run_budget(c, c.arm, "standard") for c in claims.cells if c.column == "PPO"}
+    assert runs == {"CartPole-v1": 100_000, "LunarLander": 1_000_000, "Atari Pong": 300_000, "MuJoCo Hopper": 300_000}
+    assert {c.row: claims.run_budget(c, c.arm, "paper") for c in claims.cells} == {
+        "CartPole-v1": 100_000, "LunarLander": 1_000_000, "Atari Pong": 10_000_000, "MuJoCo Hopper": 1_000_000}  # fmt: skip
+
+
+def test_published_cells_read_the_published_csv() -> None:
+    table = load_published()
+    for name, source in (("zoo-benchmark", "rl-baselines3-zoo"), ("cleanrl-benchmark", "CleanRL")):
+        claims = load_claim_set(name)
+        rows = table[table["source"] == source]
+        covered = {(c.claimed, c.claimed_pm, c.budget, c.env_id) for c in claims.cells}
+        assert covered == {(r.mean, r.std, r.n_timesteps, r.suite_env_id) for r in rows.itertuples()}
+    zoo = load_claim_set("zoo-benchmark")
+    assert {c.arm.algo for c in zoo.cells} == {"sb3-ppo", "ppo", "sb3-a2c", "sb3-dqn", "sb3-sac", "sb3-td3"}
+
+
+def test_seed000_text_is_a_labelled_stand_in_with_both_clip_readings() -> None:
+    claims = load_claim_set("seed000-text")
+    assert "stand-in" in claims.stand_in.lower() or "CNN/DailyMail" in claims.stand_in
+    rules = {c.row.split("clip_rule = ")[1]: c.arm.overrides_for(c.env_id)["clip_rule"] for c in claims.cells}
+    assert rules == {"ratio": "ratio", "tracking": "tracking"}
+    assert {c.metric for c in claims.cells} == {"steps_to_threshold", "final_return", "sample_diversity", "stability"}
+
+
+def test_ablation_switches_each_difference_on_alone_over_ppos_hyperparameters() -> None:
+    claims = load_claim_set("ppo-rlvr-prm-ablation")
+    ppo = config_to_dict(get_algorithm("ppo").make_config("LunarLander-v3"))
+    configs = {
+        c.arm.name: config_to_dict(get_algorithm(c.arm.algo).make_config(c.env_id, c.arm.overrides_for(c.env_id)))
+        for c in claims.cells
+        if c.env_id == "LunarLander-v3"
+    }
+    shipped = config_to_dict(get_algorithm("ppo-rlvr-prm").make_config("LunarLander-v3"))
+
+    def differences(cfg: dict[str, Any]) -> set[str]:
+        out = {k for k in ("learning_rate", "gae_lambda") if cfg[k] != ppo[k]}
+        if cfg["variance_weighting"]:
+            out.add("variance weighting")
+        if cfg["js_coef"] or cfg["smooth_coef"]:
+            out.add("regulariser")
+        return out
+
+    assert {name: differences(cfg) for name, cfg in configs.items()} == {
+        "none": set(), "vw": {"variance weighting"}, "reg": {"regulariser"}, "cosine": {"learning_rate"},
+        "lam": {"gae_lambda"}, "all": differences(shipped),
+    }  # fmt: skip
+    assert differences(shipped) == {"variance weighting", "regulariser", "learning_rate", "gae_lambda"}
+    assert configs["vw"]["ent_coef"] == ppo["ent_coef"] and configs["vw"]["n_steps"] == ppo["n_steps"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"arm": "nope"}, "unknown arm 'nope'"),
+        ({"metric": "return"}, "unknown metric 'return'"),
+        ({"statistic": "max"}, "unknown statistic 'max'"),
+        ({"comparison": "improvement"}, "needs versus"),
+        ({"versus": "grpo", "comparison": "value"}, "takes no versus"),
+        ({"threshold": 400}, "metric 'final_return' takes no parameter ['threshold']"),
+        ({"env": "CartPole-v9"}, "unknown env id 'CartPole-v9'"),
+        ({"claimed": "high"}, "expected a number, got 'high'"),
+        ({"colour": 1}, "unknown keys ['colour']"),
+        (
+            {"published": {"source": "CleanRL", "algo": "dqn", "env_id": "CartPole-v1"}},
+            "no published row CleanRL:dqn:CartPole-v1",
+        ),
+    ],
+)
+def test_a_bad_cell_is_one_clear_error(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        parse_claim_set(minimal(**change))
+
+
+def test_a_claim_budget_may_name_a_tier() -> None:
+    claims = parse_claim_set(minimal(budget="standard", env="LunarLander-v3"))
+    assert claims.cells[0].budget == 1_000_000
+    assert claims.run_budget(claims.cells[0], claims.cells[0].arm, "quick") == 100_000
+    with pytest.raises(UserError, match="'huge' is neither a step count nor a tier"):
+        parse_claim_set(minimal(budget="huge"))
+
+
+def test_bad_names_outside_cells_are_errors_before_anything_runs() -> None:
+    data = minimal()
+    data["arms"]["ppo"] = {"algo": "ppo-9000"}
+    with pytest.raises(UserError, match="unknown algorithm 'ppo-9000'"):
+        parse_claim_set(data)
+    data = minimal()
+    data["tier"] = "huge"
+    with pytest.raises(UserError, match="unknown tier 'huge'"):
+        parse_claim_set(data)
+    data = minimal()
+    data["arms"]["ppo"] = {"algo": "ppo", "overrides": {"n_epochs": "ten"}}
+    with pytest.raises(UserError, match="n_epochs"):
+        parse_claim_set(data)  # the trial's own validation (TrialSpec.resolve), at load time
+    data = minimal(arm="grpo")
+    data["rows"][0]["env"] = "Hopper-v5"
+    data["arms"]["grpo"] = {"algo": "sb3-dqn"}
+    with pytest.raises(UserError, match="sb3-dqn"):
+        parse_claim_set(data)  # DQN cannot act in a Box action space
+    with pytest.raises(UserError, match="unknown claim set 'seed999'; shipped: cleanrl-benchmark"):
+        load_claim_set("seed999")
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+def run(**fields: Any) -> RunData:
+    trial = {"env_id": "TextMatch-v0", "env_kwargs": {"language": "english", "target": "hello"}, "metrics": {}}
+    trial.update(fields.pop("trial", {}))
+    defaults: dict[str, Any] = {
+        "eval_steps": np.array([100.0, 200.0, 300.0]),
+        "eval_means": np.array([1.0, 4.6, 5.0]),
+        "curve_steps": np.array([40.0, 40.0, 80.0, 120.0, 160.0]),
+        "curve_returns": np.array([0.6, 1.7, 5.0, 2.8, 5.0]),
+        "update_steps": np.array([40.0, 80.0, 120.0, 160.0]),
+    }
+    defaults.update(fields)
+    return RunData(trial=trial, **defaults)
+
+
+def test_metrics_score_one_run_exactly() -> None:
+    r = run(trial={"final_eval_mean": 3.9, "steps_per_second": 1234.0, "metrics": {"sample_diversity": 0.25},
+                   "phases": {"update": {"peak_rss_mb": 512.0}}})  # fmt: skip
+    assert get_metric("final_return").per_run(r, {}) == 3.9
+    assert get_metric("final_train_return").per_run(r, {"last_episodes": 2}) == pytest.approx(3.9)
+    # TextMatch threshold: maximum 5 - 0.5 = 4.5, first reached at the second evaluation.
+    assert get_metric("steps_to_threshold").per_run(r, {}) == 200.0
+    assert get_metric("steps_to_threshold").per_run(r, {"threshold": 5.5}) == math.inf
+    # The first 5.0 episode ended at step 80, trained on by the second update (updates at steps 40, 80, ...).
+    assert get_metric("first_update_at_max").per_run(r, {}) == 2.0
+    assert get_metric("first_update_at_max").per_run(r, {"target": 6.0}) == math.inf
+    assert get_metric("sample_diversity").per_run(r, {}) == 0.25
+    assert get_metric("steps_per_second").per_run(r, {}) == 1234.0
+    assert get_metric("metrics.sample_diversity").per_run(r, {}) == 0.25
+    assert get_metric("phases.update.peak_rss_mb").per_run(r, {}) == 512.0
+    assert math.isnan(get_metric("metrics.absent").per_run(r, {}))
+    # Chan et al.'s long-term risk: drawdowns from the running max 0.6, 1.7, 5.0, 5.0, 5.0 are 0, 0, 0, 2.2, 0;
+    # the worst 5% tail (values >= the 95th percentile, 1.76) is the 2.2 drop.
+    assert get_metric("stability").per_run(r, {}) == pytest.approx(2.2)
+    assert get_metric("stability").per_run(r, {"alpha": 0.5}) == long_term_risk(r.curve_returns, 0.5)
+    rising = run(curve_steps=np.arange(1.0, 6.0), curve_returns=np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert get_metric("stability").per_run(rising, {}) == 0.0  # never below its best so far
+    with pytest.raises(UserError, match="unknown metric 'speed'"):
+        get_metric("speed")
+    assert set(METRICS) >= {"final_return", "steps_to_threshold", "first_update_at_max", "stability", "sample_diversity",
+                            "peak_rss_mb", "steps_per_second"}  # fmt: skip
+
+
+def test_cartpole_first_update_uses_the_env_maximum() -> None:
+    r = run(trial={"env_id": "CartPole-v1", "env_kwargs": {}}, curve_returns=np.array([20.0, 500.0, 30.0, 500.0, 9.0]))
+    assert get_metric("first_update_at_max").per_run(r, {}) == 1.0  # step 40 -> the update at step 40
+
+
+def test_sample_diversity_is_the_fraction_of_distinct_strings() -> None:
+    assert sample_diversity(["hello", "hello", "hallo", "hellp"]) == 0.75
+    assert sample_diversity(["aaaaa"] * 10) == 0.1
+    with pytest.raises(ValueError):
+        sample_diversity([])
+
+
+def test_statistics_and_never() -> None:
+    values = np.array([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert statistic_of(values, "mean") == 22.0
+    assert statistic_of(values, "median") == 3.0
+    assert statistic_of(values, "iqm") == 3.0  # trim 1 of 5 from each end
+    assert statistic_of(np.array([1.0, math.inf, math.inf]), "median") == math.inf
+    assert statistic_of(np.array([1.0, 2.0, math.inf]), "median") == 2.0
+
+
+def test_comparisons_are_exact_on_constant_runs_and_deterministic() -> None:
+    a, b = np.full(5, 300.0), np.full(4, 250.0)
+    assert compare(a, None, comparison="value", statistic="mean", reps=100) == (300.0, 300.0, 300.0)
+    assert compare(a, b, comparison="improvement", statistic="mean", reps=100) == (50.0, 50.0, 50.0)
+    assert compare(a, b, comparison="improvement", statistic="mean", relative=True, reps=100) == (20.0, 20.0, 20.0)
+    assert compare(a, b, comparison="ratio", statistic="mean", reps=100) == (1.2, 1.2, 1.2)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(10, 2, 5), rng.normal(8, 2, 5)
+    first = compare(x, y, comparison="improvement", statistic="iqm", reps=500, identity="cell")
+    assert first == compare(x, y, comparison="improvement", statistic="iqm", reps=500, identity="cell")
+    assert first[1] < first[0] < first[2]
+    assert compare(x, y, comparison="improvement", statistic="iqm", reps=500, identity="other") != first
+    never = compare(np.array([math.inf] * 3), None, comparison="value", statistic="median", reps=50)
+    assert never == (math.inf, math.inf, math.inf)
+    # "Never" against "never" is undefined; reaching it against never is the limit (relative: -100%).
+    inf3, steps = np.full(3, math.inf), np.array([1000.0, 1200.0, 1100.0])
+    assert all(math.isnan(x) for x in compare(inf3, inf3, comparison="improvement", statistic="median", reps=50))
+    assert compare(steps, inf3, comparison="improvement", statistic="median", relative=True, reps=50) == (-100.0,) * 3
+    assert compare(inf3, steps, comparison="improvement", statistic="median", reps=50) == (math.inf,) * 3
+    assert compare(steps, inf3, comparison="ratio", statistic="median", reps=50) == (0.0,) * 3
+    assert run_values(get_metric("final_return"), [run(trial={"final_eval_mean": 2.0})], {}).tolist() == [2.0]
+
+
+# ------------------------------------------------------------------------------------------------ verdicts
+
+
+def test_attainable_ranges() -> None:
+    assert attainable_range("ALE/Pong-v5") == (-21.0, 21.0)
+    assert attainable_range("CartPole-v1") == (0.0, 500.0)
+    low, high = attainable_range("TextMatch-v0", {"language": "code", "target": "1234567"})  # type: ignore[misc]
+    assert (low, high) == pytest.approx((-0.7, 7.0))
+    assert attainable_range("LunarLander-v3") is None
+
+
+def verdict(**kw: Any) -> Any:
+    args: dict[str, Any] = {"comparison": "value", "claimed": 100.0, "interval": (100.0, 90.0, 110.0),
+                            "a": np.array([90.0, 100.0, 110.0, 95.0, 105.0]), "b": None, "metric": "final_return",
+                            "env_id": "LunarLander-v3", "seeds_required": 5}  # fmt: skip
+    args.update(kw)
+    return judge(**args)
+
+
+def test_the_verdict_rule() -> None:
+    assert verdict().verdict == REPRODUCED
+    assert verdict(claimed=120.0).verdict == NOT_REPRODUCED
+    assert "above" in verdict(claimed=120.0).reason
+    # Pong above 21: impossible whatever is measured, even with nothing run.
+    pong = verdict(env_id="ALE/Pong-v5", claimed=21.5, interval=(20.0, 19.0, 21.0), missing=5)
+    assert (pong.verdict, pong.reason) == (IMPOSSIBLE, "21.5 is outside the attainable return range [-21, 21]")
+    assert verdict(missing=2).verdict == INCONCLUSIVE
+    assert verdict(a=np.array([]), failed=5).reason == "no ok trial with a value to measure (5 failed or diverged)"
+    assert "no trial has a value for final_return" in verdict(a=np.array([])).reason
+    assert verdict(budget_short="ran 300,000 steps of the claim's 1,000,000").verdict == INCONCLUSIVE
+    few = verdict(a=np.array([90.0, 110.0, 95.0]), interval=(98.3, 90.0, 110.0), claimed=120.0)
+    assert few.verdict == INCONCLUSIVE and few.seeds_needed == seeds_needed(98.3 - 120.0, np.std([90, 110, 95], ddof=1), 0.0)
+    assert "3 ok seed(s), the claim asks for 5" in few.reason
+
+
+def test_the_improvement_rule() -> None:
+    a = np.array([310.0, 300.0, 320.0, 305.0, 315.0])
+    b = np.array([290.0, 280.0, 300.0, 285.0, 295.0])
+    base = {"comparison": "improvement", "a": a, "b": b, "relative": True, "b_point": 290.0}
+    assert verdict(**base, claimed=8.8, interval=(6.9, 3.0, 10.0)).verdict == REPRODUCED
+    assert verdict(**base, claimed=-5.0, interval=(6.9, 3.0, 10.0)).verdict == NOT_REPRODUCED
+    assert verdict(**base, claimed=8.8, interval=(-6.9, -10.0, -3.0)).verdict == NOT_REPRODUCED
+    excluded = verdict(**base, claimed=8.8, interval=(1.0, -2.0, 4.0))
+    assert excluded.verdict == NOT_REPRODUCED and "excludes the claimed +8.8" in excluded.reason
+    open_ = verdict(**base, claimed=8.8, interval=(1.0, -2.0, 12.0))
+    want = seeds_needed(8.8 / 100 * 290.0, float(np.std(a, ddof=1)), float(np.std(b, ddof=1)))
+    assert open_.verdict == INCONCLUSIVE and open_.seeds_needed == want and f"{want} seeds per arm" in open_.reason
+    # An improvement cell is not range-checked (only claimed returns are).
+    assert verdict(**base, env_id="ALE/Pong-v5", claimed=7.0, interval=(6.9, 3.0, 10.0)).verdict == REPRODUCED

@@ -1,0 +1,181 @@
+"""``suite reproduce`` end to end: runs only what is missing, writes every output, judges from the records, re-runs
+exactly what a version bump changes, labels a stand-in everywhere, and ends a user's mistake in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import suite.algorithms  # noqa: F401  (registers every algorithm)
+import suite.registry as registry
+from suite.claims import load_claim_set
+from suite.claims.metrics import compare
+from suite.claims.reproduce import evaluate_cells
+from suite.claims.tables import write_tables
+from suite.cli import main
+from suite.store import ResultsStore
+
+CLAIMS = """
+name = "tiny"
+title = "A tiny text claim"
+source = "a test"
+location = "table 1"
+stand_in = "a test stand-in for a bigger task"
+tier = "smoke"
+seeds = "0-2"
+
+[arms.ppo]
+algo = "ppo"
+[arms.pairwise]
+algo = "grpo-pairwise"
+overrides = { normalize_obs = true }
+
+[[rows]]
+label = "hello"
+env = "TextMatch-v0"
+budget = 400
+cells = [
+  { column = "PPO", arm = "ppo", claimed = 1.0 },
+  { column = "pairwise", arm = "pairwise", claimed = 6.0 },
+  { column = "gain", arm = "pairwise", versus = "ppo", comparison = "improvement", claimed = 0.5 },
+  { column = "diversity", arm = "ppo", metric = "sample_diversity", claimed = 0.5 },
+]
+"""
+
+OUTPUTS = ("index.html", "report.md", "table.tex", "cells.tex", "verdicts.csv", "verdicts.json")
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Run the tiny claim set once through the CLI (6 trials of 400 steps)."""
+    root = tmp_path_factory.mktemp("claims")
+    (root / "tiny.toml").write_text(CLAIMS)
+    args = ["reproduce", str(root / "tiny.toml"), "--db", str(root / "db.sqlite"), "-o", str(root / "out"), "--quiet"]
+    assert main([*args, "--workers", "2"]) == 0
+    return {"root": root, "db": root / "db.sqlite", "out": root / "out", "toml": root / "tiny.toml"}
+
+
+def test_every_output_is_written_with_a_verdict_per_cell(reproduced: dict[str, Path]) -> None:
+    out = reproduced["out"]
+    for name in OUTPUTS:
+        assert (out / name).stat().st_size > 0
+    verdicts = pd.read_csv(out / "verdicts.csv")
+    assert verdicts["column"].tolist() == ["PPO", "pairwise", "gain", "diversity"]
+    assert set(verdicts["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "impossible"}
+    assert verdicts.set_index("column").loc["pairwise", "verdict"] == "impossible"  # 6 > len('hello')
+    assert (verdicts["run_budget"] == 400).all() and (verdicts["tier"] == "smoke").all()
+    meta = json.loads((out / "verdicts.json").read_text())
+    assert meta["command"] == f"suite reproduce {reproduced['toml']} --db {reproduced['db']} -o {out}"
+    assert "Verdict rule" in meta["rule"]
+    assert [c["verdict"] for c in meta["cells"]] == verdicts["verdict"].tolist()
+    page = (out / "index.html").read_text()
+    assert "http://" not in page and "https://" not in page and "<script" not in page  # self-contained
+    for name in ("index.html", "report.md", "table.tex", "cells.tex", "verdicts.csv", "verdicts.json"):
+        assert "a test stand-in for a bigger task" in (out / name).read_text(), name  # a stand-in says so everywhere
+
+
+def test_measurements_equal_the_records(reproduced: dict[str, Path]) -> None:
+    claims = load_claim_set(str(reproduced["toml"]))
+    verdicts = pd.read_csv(reproduced["out"] / "verdicts.csv").set_index("column")
+    with ResultsStore(reproduced["db"], create=False) as store:
+        trials = store.trials(study="claims/tiny")
+    assert len(trials) == 6 and (trials["status"] == "ok").all() and (trials["steps"] == 400).all()
+    ppo = trials[trials["algo"] == "ppo"].sort_values("seed")
+    pairwise = trials[trials["algo"] == "grpo-pairwise"].sort_values("seed")
+    a, b = pairwise["final_eval_mean"].to_numpy(float), ppo["final_eval_mean"].to_numpy(float)
+    assert verdicts.loc["PPO", "measured"] == pytest.approx(b.mean())
+    want = compare(a, b, comparison="improvement", statistic="mean", reps=2_000, identity="tiny/hello / gain")
+    assert (verdicts.loc["gain", "measured"], verdicts.loc["gain", "ci_lo"], verdicts.loc["gain", "ci_hi"]) == pytest.approx(
+        want
+    )
+    diversity = np.array([m["sample_diversity"] for m in ppo["metrics"]])
+    assert verdicts.loc["diversity", "measured"] == pytest.approx(diversity.mean())
+    assert ((diversity > 0) & (diversity <= 1)).all()
+    assert claims.cells[0].seeds == (0, 1, 2)
+
+
+def test_a_second_run_runs_nothing_and_writes_identical_verdicts(
+    reproduced: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (reproduced["out"] / "verdicts.csv").read_bytes()
+    capsys.readouterr()
+    assert (
+        main(["reproduce", str(reproduced["toml"]), "--db", str(reproduced["db"]), "-o", str(reproduced["out"]), "--quiet"])
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert "6 trials, 6 already recorded" in captured.err and "0 to run" in captured.err
+    assert (reproduced["out"] / "verdicts.csv").read_bytes() == before
+    assert "4 cells:" in captured.out and "STAND-IN: a test stand-in" in captured.out
+
+
+def test_a_version_bump_leaves_exactly_that_algorithms_cells_to_run(
+    reproduced: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    claims = load_claim_set(str(reproduced["toml"]))
+    old = claims.expand()
+    spec = registry.get_algorithm("grpo-pairwise")
+    monkeypatch.setitem(registry._REGISTRY, spec.id, dataclasses.replace(spec, version=spec.version + "-bumped"))
+    new = claims.expand()
+    changed = set(new.trials) - set(old.trials)
+    assert {new.trials[k].algo.id for k in changed} == {"grpo-pairwise"} and len(changed) == 3
+    assert {k for k in new.trials if new.trials[k].algo.id == "ppo"} <= set(old.trials)
+    with ResultsStore(reproduced["db"], create=False) as store:
+        results = evaluate_cells(new, store, reps=100)
+    reasons = {r.cell.column: (r.verdict, r.reason) for r in results}
+    assert reasons["gain"] == ("inconclusive", "3 trial(s) not run yet")
+    assert reasons["pairwise"][0] == "impossible"  # impossible whatever is (or is not) measured
+    assert reasons["PPO"][1] != "3 trial(s) not run yet" and reasons["diversity"][0] != "inconclusive"
+
+
+def test_no_run_judges_an_empty_database_and_labels_the_stand_in(tmp_path: Path) -> None:
+    claims = load_claim_set("seed000-text")
+    db = tmp_path / "db.sqlite"
+    ResultsStore(db).close()
+    with ResultsStore(db, create=False) as store:
+        results = evaluate_cells(claims.expand("quick"), store, reps=50)
+    assert [r.verdict for r in results] == ["inconclusive"] * 8
+    assert all(r.reason == "10 trial(s) not run yet" for r in results)
+    write_tables(claims, results, tmp_path / "out", tier="quick", db_path=db, command="suite reproduce seed000-text", reps=50)
+    for name in OUTPUTS:
+        assert "STAND-IN" in (tmp_path / "out" / name).read_text() or "CNN/DailyMail" in (tmp_path / "out" / name).read_text()
+
+
+def test_seed004_pong_cell_is_impossible_before_anything_runs(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    ResultsStore(db).close()
+    with ResultsStore(db, create=False) as store:
+        results = evaluate_cells(load_claim_set("seed004-table").expand("standard"), store, reps=50)
+    verdicts = {(r.cell.row, r.cell.column): r.verdict for r in results}
+    assert verdicts[("Atari Pong", "GRPO")] == verdicts[("Atari Pong", "canonical GRPO")] == "impossible"
+    assert {v for k, v in verdicts.items() if k[0] != "Atari Pong" or k[1] in ("PPO", "gain")} == {"inconclusive"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["reproduce", "seed999"], "suite: error: unknown claim set 'seed999'; shipped: cleanrl-benchmark"),
+        (["reproduce", "seed004-table", "--tier", "huge"], "suite: error: unknown tier 'huge'"),
+        (["reproduce", "seed004-table", "--seeds", "4-1"], "suite: error: bad seed range"),
+        (["reproduce", "seed004-table", "--no-run"], "suite: error: no results database at"),
+    ],
+)
+def test_a_users_mistake_is_one_line_and_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "absent.sqlite"
+    assert main([*argv, "--db", str(db), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and len(err.splitlines()) == 1
+    assert not db.exists() and not (tmp_path / "out").exists()
+
+
+def test_suite_list_shows_the_claim_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--json"]) == 0
+    listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)["claim_sets"]}
+    assert listed["seed004-table"]["cells"] == 16 and listed["seed000-text"]["stand_in"] is True

@@ -1,0 +1,142 @@
+"""The hand-derived passes (suite.algorithms.fused) against autograd: same gradients, same Adam step."""
+
+from __future__ import annotations
+
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from suite.algorithms.actor_critic import ActorCriticConfig, ppo_fused_loss, ppo_policy_value_loss
+from suite.algorithms.core import Minibatch, net_config
+from suite.algorithms.fused import FlatAdam, FlatParameters, MLPKernel, kernel_for, parameter_order, twin_compatible
+from suite.algorithms.networks import ActorCritic
+
+CARTPOLE = (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
+HOPPER = (gym.spaces.Box(-1, 1, (11,), np.float32), gym.spaces.Box(-1, 1, (3,), np.float32))
+
+
+def _policy(spaces, n_value_heads=1, **cfg_overrides):
+    cfg = ActorCriticConfig(**cfg_overrides)
+    torch.manual_seed(0)
+    return cfg, ActorCritic(*spaces, net_config(cfg, n_value_heads=n_value_heads))
+
+
+def _minibatch(policy, B, H, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(B, policy.pi[0].in_features, generator=g)
+    if policy.discrete:
+        actions = torch.randint(0, policy.head.n_params, (B,), generator=g)
+    else:
+        actions = torch.randn(B, *policy.action_shape, generator=g)
+    with torch.no_grad():
+        logp, _, _, _ = policy.evaluate_actions(obs, actions)
+    # old log-probs spread so that some ratios fall outside the clip range on both sides
+    old = logp + 0.3 * torch.randn(B, generator=g)
+    adv = torch.randn(B, generator=g)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    return Minibatch(obs, actions, old, torch.randn(B, H, generator=g), adv, torch.randn(B, generator=g))
+
+
+def _grads_autograd(cfg, policy, flat, mb, clip):
+    flat.zero_grad()
+    loss, metrics, _, _ = ppo_policy_value_loss(types.SimpleNamespace(cfg=cfg, policy=policy), mb, clip)
+    loss.backward()
+    return float(loss.detach()), {k: float(v) for k, v in metrics.items()}, flat.grad.clone()
+
+
+def _grads_fused(cfg, policy, flat, mb, clip):
+    kernel = kernel_for(policy, flat)
+    assert kernel is not None
+    flat.zero_grad()
+    logp, ent, values, state = kernel.evaluate(mb.obs, mb.actions)
+    fl = ppo_fused_loss(cfg, mb, logp, ent, values, clip)
+    kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues)
+    return float(fl.loss), {k: float(v) for k, v in fl.metrics.items()}, flat.grad.clone()
+
+
+@pytest.mark.parametrize(
+    ("spaces", "overrides"),
+    [
+        (CARTPOLE, {}),  # twin tanh MLPs, categorical
+        (CARTPOLE, {"ent_coef": 0.01, "clip_range_vf": 0.2, "activation": "relu"}),
+        (CARTPOLE, {"n_value_heads": 5, "ent_coef": 0.02}),  # a value ensemble
+        (CARTPOLE, {"pi_arch": (32,), "vf_arch": (64, 64)}),  # different shapes: two separate kernels
+        (HOPPER, {"ent_coef": 0.003}),  # Gaussian head with a learned log std
+    ],
+)
+def test_fused_ppo_gradient_equals_autograd(spaces, overrides):
+    cfg, policy = _policy(spaces, **overrides)
+    H = overrides.get("n_value_heads", 1)
+    flat = FlatParameters(parameter_order(policy))
+    mb = _minibatch(policy, 256, H)
+    loss_a, m_a, g_a = _grads_autograd(cfg, policy, flat, mb, clip=0.2)
+    loss_f, m_f, g_f = _grads_fused(cfg, policy, flat, mb, clip=0.2)
+    assert 0.05 < m_a["clip_fraction"] < 0.95  # both branches of the clipped surrogate are exercised
+    # tanh is computed as 2 sigmoid(2z) - 1 in the kernel (within 2e-7): agreement to float32 rounding
+    assert loss_f == pytest.approx(loss_a, rel=1e-5, abs=1e-6)
+    for k in m_a:
+        assert m_f[k] == pytest.approx(m_a[k], rel=1e-4, abs=1e-6), k
+    torch.testing.assert_close(g_f, g_a, rtol=1e-4, atol=1e-6)
+
+
+def test_micro_batches_accumulate_the_minibatch_gradient():
+    cfg, policy = _policy(CARTPOLE, ent_coef=0.01)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    mb = _minibatch(policy, 256, 1)
+    _, _, whole = _grads_fused(cfg, policy, flat, mb, clip=0.2)
+    flat.zero_grad()
+    for j, part in enumerate(torch.arange(256).tensor_split(4)):
+        sub = Minibatch(mb.obs[part], mb.actions[part], mb.old_log_probs[part], mb.old_values[part],
+                        mb.advantages[part], mb.returns[part], weight=len(part) / 256)  # fmt: skip
+        logp, ent, values, state = kernel.evaluate(sub.obs, sub.actions)
+        fl = ppo_fused_loss(cfg, sub, logp, ent, values, 0.2)
+        kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0)
+    torch.testing.assert_close(flat.grad, whole, rtol=1e-5, atol=1e-7)
+
+
+def test_twin_kernel_matches_two_separate_mlps():
+    _, policy = _policy(CARTPOLE)
+    assert twin_compatible(policy)
+    flat = FlatParameters(parameter_order(policy))
+    twin = kernel_for(policy, flat).twin
+    x = torch.randn(32, 4)
+    params, values = twin.forward(x)
+    torch.testing.assert_close(params, MLPKernel(policy.pi, "tanh").forward(x), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(values, MLPKernel(policy.vf, "tanh").forward(x), rtol=1e-6, atol=1e-7)
+    with torch.no_grad():  # and the module (torch.tanh) within the stated 2e-7 per activation
+        torch.testing.assert_close(params, policy.pi(x), rtol=1e-5, atol=1e-6)
+
+
+def test_flat_parameters_share_storage_with_the_module_and_autograd_fills_the_flat_grad():
+    _, policy = _policy(CARTPOLE)
+    flat = FlatParameters(parameter_order(policy))
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    flat.data.add_(1.0)
+    after = policy.state_dict()
+    assert all(torch.equal(after[k], before[k] + 1.0) for k in before if k != "log_std")  # log_std is not trainable
+    flat.zero_grad()
+    policy.pi(torch.randn(3, 4)).sum().backward()
+    assert float(flat.grad.abs().sum()) > 0
+    assert policy.pi[0].weight.grad.data_ptr() == flat.grad[flat._offsets[id(policy.pi[0].weight)] :].data_ptr()
+
+
+def test_flat_adam_is_torch_adam():
+    torch.manual_seed(0)
+    w = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(4))]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in w]
+    flat = FlatParameters(w)
+    adam = FlatAdam(flat, eps=1e-5)
+    opt = torch.optim.Adam(ref, lr=1e-2, eps=1e-5, fused=True)
+    for step in range(5):
+        g = [torch.randn_like(p) * (step + 1) for p in w]
+        for p, q, gi in zip(w, ref, g, strict=True):
+            p.grad.copy_(gi)
+            q.grad = gi.clone()
+        adam.step(1e-2)
+        opt.step()
+    for p, q in zip(w, ref, strict=True):
+        assert torch.equal(p.detach(), q.detach())

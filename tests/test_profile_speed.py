@@ -1,0 +1,91 @@
+"""``suite profile speed``: the lap clock's accounting, the profile's parts and limit, results unchanged, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suite.cli import main
+from suite.profile.speed import LapClock, _resolve, _run_slice, format_speed_profile, profile_speed
+from suite.trial import deterministic_view, run_trial
+
+
+def test_lap_clock_charges_each_interval_to_its_part_and_phase():
+    t = iter([1.0, 1.5, 4.0, 4.25, 10.0])
+    clock = LapClock("wall")
+    clock.now = lambda: next(t)  # type: ignore[method-assign]
+    clock.begin("rollout")  # t=1.0
+    clock.lap("inference", 8)  # 0.5
+    clock.lap("env_step")  # 2.5
+    clock.lap("inference", 8)  # 0.25
+    clock.end()  # rollout: 10.0 - 1.0
+    assert clock.part("inference") == (0.75, 2, 16)
+    assert clock.part("env_step") == (2.5, 1, 0)
+    assert clock.phases == {"rollout": 9.0}
+
+
+def test_profile_of_a_ppo_slice_counts_the_loop_and_measures_its_limit():
+    """512 CartPole steps = 2 rollouts of 8 envs x 32 steps, 20 epochs of one 256-sample minibatch each."""
+    prof = profile_speed("ppo", "CartPole-v1", steps=512, with_cprofile=True, top=5)
+    assert prof.steps == 512
+    assert prof.calls["env_step"] == 64 and prof.calls["storage"] == 64
+    assert prof.calls["inference"] == 64 + 2  # + the value of the last observation of each rollout
+    assert prof.calls["forward"] == prof.calls["backward"] == prof.calls["optimizer"] == 40
+    assert set(prof.parts["rollout"]) == {"inference", "env_step", "storage", "other"}
+    assert {"minibatch", "forward", "backward", "optimizer"} <= set(prof.parts["update"])
+    assert set(prof.phases) == {"rollout", "advantages", "update", "eval"}
+    lim = prof.limit
+    assert lim["env_vector_steps"] == 64 and lim["train_steps"] == 40 and lim["train_batch"] == 256
+    assert lim["inference_batch"] == 8 and lim["network_path"] == "hand-derived kernel"
+    assert lim["limit_s"] == pytest.approx(lim["env_s"] + lim["network_s"])
+    assert prof.limit_fraction == pytest.approx(lim["limit_s"] / prof.train_time)
+    assert len(prof.top) == 5 and all(row["calls"] >= 1 for row in prof.top)
+    text = format_speed_profile(prof)
+    assert "env step" in text and "training runs at" in text and "top functions" in text
+
+
+def test_profile_of_an_autograd_algorithm_names_its_path():
+    prof = profile_speed("ppo", "ALE/Pong-v5", steps=64, overrides={"n_envs": 2, "n_steps": 32, "batch_size": 32},
+                         with_cprofile=False)  # fmt: skip
+    assert prof.limit["network_path"] == "modules + autograd"
+    assert prof.calls["optimizer"] == 4 * 2  # 4 epochs of 2 minibatches, one rollout
+
+
+def test_the_clock_changes_no_result():
+    resolved = _resolve("ppo", "CartPole-v1", 768, {}, {}, 0, 1)
+    ctx, _, _ = _run_slice(resolved, LapClock("cpu"))
+    plain = run_trial(resolved)
+    assert ctx.curve_return == plain["curve"]["return"]
+    assert [e["returns"] for e in ctx.evals] == [e["returns"] for e in plain["evals"]]
+    assert ctx.updates == deterministic_view(plain)["updates"]
+
+
+def test_cli_profile_speed_prints_the_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    assert main(["profile", "speed", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "256", "--top", "0",
+                 "--json", str(out)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "ppo on CartPole-v1: 256 steps" in printed and "policy inference" in printed
+    data = json.loads(out.read_text())
+    assert data["steps"] == 256 and data["clock"] == "cpu" and "machine" in data
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo", "ppo", "--env", "CartPole-v1", "--steps", "0"], "--steps must be >= 1"),
+        (["--algo", "nope", "--env", "CartPole-v1"], "unknown algorithm 'nope'"),
+        (["--algo", "ppo", "--env", "CartPole-v1", "--set", "obs_storage_dtype=uint8"], "needs image observations"),
+        (["--algo", "ppo", "--env", "CartPole-v1", "--top", "-1"], "--top must be >= 0"),
+    ],
+)
+def test_cli_profile_speed_mistakes_are_one_line(argv, message, capsys):
+    assert main(["profile", "speed", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("suite: error:") and message in err[0]
+
+
+def test_cli_profile_without_a_profiler_is_a_user_error(capsys):
+    assert main(["profile"]) == 2
+    assert "suite profile needs a profiler" in capsys.readouterr().err
