@@ -233,10 +233,13 @@ class TrialContext:
         self.metrics: dict[str, float] = {}
         """Trial-level scalars beyond the standard record (an algorithm's or env's own), see :meth:`record_metric`."""
         self.times: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.cpu_times: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        """CPU seconds of this process per phase: unlike wall time, barely moved by other load on a shared machine."""
         self.phase_calls: dict[str, int] = dict.fromkeys(PHASES, 0)
         self.probes: list[PhaseProbe] = []
         self._phase: str | None = None
         self._phase_t0 = 0.0
+        self._phase_c0 = 0.0
         self._envs: list[Any] = []
         self._next_eval = resolved.eval_freq
         self._progress = progress
@@ -273,7 +276,7 @@ class TrialContext:
         self.end_phase()
         for probe in self.probes:
             probe.enter(name)
-        self._phase, self._phase_t0 = name, time.perf_counter()
+        self._phase, self._phase_t0, self._phase_c0 = name, time.perf_counter(), time.process_time()
 
     def end_phase(self) -> None:
         """End the current phase (no-op when none is running)."""
@@ -281,6 +284,7 @@ class TrialContext:
             return
         name, self._phase = self._phase, None
         self.times[name] += time.perf_counter() - self._phase_t0
+        self.cpu_times[name] += time.process_time() - self._phase_c0
         self.phase_calls[name] += 1
         for probe in self.probes:
             probe.exit(name)
@@ -304,9 +308,9 @@ class TrialContext:
         return sum(t for name, t in self.times.items() if name != "eval")
 
     def phases_record(self) -> dict[str, dict[str, Any]]:
-        """``{phase: {"time_s", "calls", ...probe fields}}`` for the phases that ran."""
+        """``{phase: {"time_s", "cpu_s", "calls", ...probe fields}}`` for the phases that ran."""
         out = {
-            name: {"time_s": self.times[name], "calls": self.phase_calls[name]}
+            name: {"time_s": self.times[name], "cpu_s": self.cpu_times[name], "calls": self.phase_calls[name]}
             for name in self.times
             if self.phase_calls[name]
         }

@@ -1,0 +1,103 @@
+"""The regression gate's detection targets, measured: each planted regression caught in every one of N runs, two
+identical revisions passing in every one of N runs, at the default thresholds, on the shipped studies.
+
+For each run and each plant (``same``, ``slow-update``, ``flipped-loss``, ``obs-copy``; see
+:mod:`suite.regress.plants`) this runs ``suite regress base <plant>`` with the defaults (studies, repeats,
+thresholds) on a throwaway copy of this checkout, and records the exit code, the failing comparisons, the wall time
+and the machine's load. The summary (``results.jsonl``, ``summary.csv``) says how often each plant was caught (exit 1 with the
+expected verdict) and how often the identical revision passed (the false-alarm rate at the chosen thresholds).
+
+    python benchmarks/regress_targets.py --runs 3 --deps-env .venv --out results/regress-targets
+
+Hours of machine time at the defaults (12 gate runs of about 5 minutes each on a quiet 2-core machine); say how
+loaded the machine was when quoting the figures (the summary records the load average during every gate run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from suite.regress.plants import PLANTS, make_planted_repo  # noqa: E402
+
+EXPECTED = {"same": None, "slow-update": "slower", "flipped-loss": "worse", "obs-copy": "hungrier"}
+"""What the gate must say about each plant (None: pass)."""
+
+
+def run_gate(repo: Path, head: str, out: Path, cache: Path | None, deps_env: Path | None, extra: list[str]) -> dict:
+    argv = [sys.executable, "-m", "suite.cli", "regress", "base", head, "-o", str(out), "--quiet", "--no-report", *extra]
+    if cache is not None:
+        argv += ["--cache", str(cache)]
+    if deps_env is not None:
+        argv += ["--deps-env", str(deps_env)]
+    load0, t0 = os.getloadavg()[0], time.perf_counter()
+    done = subprocess.run(argv, cwd=repo, capture_output=True, text=True, check=False)
+    seconds, load1 = time.perf_counter() - t0, os.getloadavg()[0]
+    verdicts = pd.read_csv(out / "verdicts.csv") if (out / "verdicts.csv").is_file() else pd.DataFrame()
+    failing = [] if verdicts.empty else [
+        f"{r.algo}/{r.env_label}@{r.budget}: {r.verdict}" for r in verdicts.itertuples() if r.verdict.startswith("FAIL")
+    ]  # fmt: skip
+    return {"head": head, "exit_code": done.returncode, "seconds": round(seconds, 1), "load_start": load0,
+            "load_end": load1, "failing": failing, "stderr_tail": done.stderr.strip().splitlines()[-3:]}  # fmt: skip
+
+
+def caught(result: dict) -> bool:
+    """Whether the gate said what it must about this plant."""
+    want = EXPECTED[result["head"]]
+    if want is None:
+        return result["exit_code"] == 0
+    return result["exit_code"] == 1 and any(want in f for f in result["failing"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--plants", default=",".join(EXPECTED), help="comma-separated: same,slow-update,flipped-loss,obs-copy")
+    parser.add_argument("--deps-env", type=Path, help="environment with the dependencies (default: build one per hash)")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "regress-targets")
+    parser.add_argument(
+        "--cache", type=Path, help="build cache (default: suite regress's own, $SUITE_CACHE or ~/.cache/rl-suite)"
+    )
+    parser.add_argument("--gate-arg", action="append", default=[], help="extra argument for suite regress (repeatable)")
+    args = parser.parse_args()
+    args.out = args.out.absolute()  # the gate runs in the throwaway repository
+    plants = [p.strip() for p in args.plants.split(",") if p.strip()]
+    unknown = sorted(set(plants) - set(EXPECTED))
+    if unknown:
+        parser.error(f"unknown plants {unknown}; known: {', '.join(EXPECTED)} (and {', '.join(PLANTS)})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="regress-targets-") as tmp:
+        repo = make_planted_repo(REPO, Path(tmp) / "repo")
+        cache = args.cache
+        for run in range(args.runs):
+            for plant in plants:
+                res = run_gate(repo, plant, args.out / f"run{run}-{plant}", cache, args.deps_env, args.gate_arg)
+                res.update(run=run, caught=caught(res))
+                results.append(res)
+                print(json.dumps(res), flush=True)
+                with open(args.out / "results.jsonl", "a") as fh:
+                    fh.write(json.dumps(res) + "\n")
+    frame = pd.DataFrame(results)
+    summary = frame.groupby("head").agg(
+        runs=("run", "size"), as_expected=("caught", "sum"), seconds_mean=("seconds", "mean"),
+        load_min=("load_start", "min"), load_max=("load_end", "max"),
+    ).reset_index()  # fmt: skip
+    summary.to_csv(args.out / "summary.csv", index=False)
+    print(summary.to_string(index=False))
+    return 0 if bool(frame["caught"].all()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
