@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from suite.errors import UserError
+from suite.interrupts import Interrupted
 from suite.regress.build import Build, Builder, default_cache_dir
 from suite.regress.compare import GroupResult, Thresholds, compare, rule_text
 from suite.regress.output import Context, terminal_table, write_outputs
@@ -276,7 +277,7 @@ def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats
             study_file = run_dir / by_name[first.part].file_name
             log.extend(run_batch(builds, batch, run_dir, study_file, workers=opts.workers, on_progress=progress))
             progress(n)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, Interrupted):
         bar.close()
         say(f"suite: interrupted; finished trials are kept in {run_dir}. Run the same command again to resume.")
         raise
