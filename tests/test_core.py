@@ -165,6 +165,8 @@ def test_array_store_reads_as_the_public_apis_tensor(dtype):
     assert tuple(store.shape) == (5, 3, 4) and store.tensor().dtype == torch.float32
     assert store.reshape(15, 4).equal(want.reshape(15, 4)) and store[2].equal(want[2])
     assert store.batch(torch.arange(15)).equal(want.reshape(15, 4))
+    store.steps = 3  # a rollout cut at the budget: the tensor is the steps it filled
+    assert tuple(store.shape) == (3, 3, 4) and store.reshape(9, 4).equal(want[:3].reshape(9, 4))
 
 
 def test_obs_storage_dtype_resolution_and_errors():

@@ -164,6 +164,8 @@ class ArrayObsStore:
 
     def __init__(self, T: int, N: int, shape: tuple[int, ...], dtype: torch.dtype, backend: str):
         self.N, self.sample_shape, self.dtype = N, shape, dtype
+        self.steps = T
+        """Steps of the last rollout (a rollout cut at the budget fills fewer than ``T``)."""
         self.buf = Buffer((T, N, *shape), dtype, backend)
         self.flat = self.buf.t.view(T * N, *shape)
 
@@ -181,8 +183,9 @@ class ArrayObsStore:
         return x.float() if self.dtype == torch.float16 else x
 
     def tensor(self) -> torch.Tensor:
-        """All inputs ``(T, N, *shape)`` (a view, float16 widened to a copy)."""
-        return self.buf.t.float() if self.dtype == torch.float16 else self.buf.t
+        """All inputs ``(T, N, *shape)`` of the last rollout (a view, float16 widened to a copy)."""
+        x = self.buf.t[: self.steps]
+        return x.float() if self.dtype == torch.float16 else x
 
     # The public API's ``Rollout.obs`` is a ``(T, N, *shape)`` tensor (API 1.0): a plugin may read ``shape``,
     # ``reshape`` or index it; those materialise the whole float tensor (the core itself uses batch/at).
@@ -212,6 +215,8 @@ class FrameObsStore:
 
     def __init__(self, T: int, N: int, shape: tuple[int, ...], backend: str):
         self.N, self.S, self.frame_shape = N, shape[0], tuple(shape[1:])
+        self.steps = T
+        """Steps of the last rollout (a rollout cut at the budget fills fewer than ``T``)."""
         self.backend = backend
         self.index = np.zeros((T, N, self.S), dtype=np.int64)
         self.index_t = torch.from_numpy(self.index)
@@ -272,8 +277,9 @@ class FrameObsStore:
 
     def tensor(self) -> torch.Tensor:
         """All stacks ``(T, N, S, *frame)`` uint8 (a copy: every frame gathered into its stacks)."""
-        T = self.index.shape[0]
-        return self._gather(self.index_t.view(-1, self.S)).contiguous().view(T, self.N, self.S, *self.frame_shape)
+        T = self.steps
+        rows = self.index_t[:T].reshape(-1, self.S)
+        return self._gather(rows).contiguous().view(T, self.N, self.S, *self.frame_shape)
 
     # The public API's ``Rollout.obs`` is a ``(T, N, *shape)`` tensor (API 1.0): a plugin may read ``shape``,
     # ``reshape`` or index it; those materialise the whole float tensor (the core itself uses batch/at).
@@ -467,6 +473,7 @@ class RolloutCollector:
             last = self.values(self.inputs(self.obs))
             if clock is not None:
                 clock.lap("inference", N)
+        self.obs_store.steps = T
         return Rollout(
             self.obs_store, self.buf_actions.t[:T], self.buf_logp.np[:T], self.buf_values.np[:T],
             self.buf_rewards.np[:T], self.buf_dones.np[:T], last,
