@@ -103,7 +103,8 @@ def std(values: np.ndarray) -> float:
 def _seeds_for(effect: float, std_a: float, std_b: float) -> int | None:
     if not all(math.isfinite(x) for x in (effect, std_a, std_b)):
         return None
-    return seeds_needed(effect, std_a, std_b, alpha=ALPHA, power=POWER)
+    need = seeds_needed(effect, std_a, std_b, alpha=ALPHA, power=POWER)
+    return None if need == "undefined" else need  # no spread: no seed count can be estimated (the verdict says so)
 
 
 def judge(
