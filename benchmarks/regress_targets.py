@@ -71,12 +71,16 @@ def main() -> int:
     )
     parser.add_argument("--gate-arg", action="append", default=[], help="extra argument for suite regress (repeatable)")
     args = parser.parse_args()
-    args.out = args.out.absolute()  # the gate runs in the throwaway repository
+    # the gate runs in the throwaway repository: every path the user gave is read from here
+    args.out = args.out.absolute()
+    args.deps_env = args.deps_env.absolute() if args.deps_env else None
+    args.cache = args.cache.absolute() if args.cache else None
     plants = [p.strip() for p in args.plants.split(",") if p.strip()]
     unknown = sorted(set(plants) - set(EXPECTED))
     if unknown:
         parser.error(f"unknown plants {unknown}; known: {', '.join(EXPECTED)} (and {', '.join(PLANTS)})")
     args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.jsonl").unlink(missing_ok=True)  # one invocation's runs, not an accumulation
     results = []
     with tempfile.TemporaryDirectory(prefix="regress-targets-") as tmp:
         repo = make_planted_repo(REPO, Path(tmp) / "repo")
