@@ -204,8 +204,9 @@ def _add_regress_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=1, help="parallel trials inside each run (default 1)")
     p.add_argument(
         "--schedule",
-        default="interleaved",
-        help="interleaved (runs alternate, default) or concurrent (the revisions' runs side by side)",
+        choices=("interleaved", "concurrent"),
+        help="concurrent (the revisions' twin runs side by side, one CPU each; the default where the machine has a CPU "
+        "per revision and worker) or interleaved (one run at a time, alternating; the default otherwise)",
     )
     p.add_argument("--speed-threshold", type=float, default=1.1, help="slower needs HEAD/BASE steps/s < 1/F (default 1.1)")
     p.add_argument(

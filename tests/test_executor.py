@@ -212,6 +212,15 @@ def test_default_timeout_rule():
     assert default_trial_timeout(1_000_000) == pytest.approx(300 + 200_000)  # paper Hopper: SAC at 23 steps/s needs 12 h
 
 
+def test_the_plan_says_which_trials_its_time_estimate_leaves_out():
+    from suite.executors import Plan
+
+    plan = Plan(trials=45, recorded=0, to_run=45, rerun=0, steps=21_000_000, estimate_s=82.0, unestimated=40, workers=1)
+    assert plan.describe().endswith("21.0M env steps, about 82 s on 1 worker plus 40 trials with no recorded speed")
+    whole = replace(plan, unestimated=0, workers=0, estimate_s=7200.0)
+    assert whole.describe().endswith("about 2.0 h of trial time in all")
+
+
 def test_oom_kills_are_told_from_other_deaths(tmp_path, monkeypatch):
     import suite.executors.common as common
 

@@ -139,12 +139,13 @@ class Plan:
         text = ", ".join(parts)
         if self.to_run:
             text += f"; {_steps(self.steps)} env steps"
-            if self.estimate_s is not None and self.workers:
-                text += f", about {_duration(self.estimate_s)} on {self.workers} worker{'s' * (self.workers > 1)}"
-            elif self.estimate_s is not None:
-                text += f", about {_duration(self.estimate_s)} of trial time in all"
+            if self.estimate_s is not None:
+                if self.workers:
+                    text += f", about {_duration(self.estimate_s)} on {self.workers} worker{'s' * (self.workers > 1)}"
+                else:
+                    text += f", about {_duration(self.estimate_s)} of trial time in all"
                 if self.unestimated:
-                    text += f" plus {self.unestimated:,} trials with no recorded speed"
+                    text += f" plus {self.unestimated:,} trial{'s' * (self.unestimated > 1)} with no recorded speed"
             else:
                 text += " (no recorded speed to estimate the time from)"
         return text
