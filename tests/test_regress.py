@@ -397,6 +397,7 @@ def test_reference_round_trip_and_machine_check(tmp_path):
         (["regress", "--against-reference", "--seeds", "0-3"], "runs the reference's own study"),
         (["regress", "--against-reference", "--reference", "/nonexistent/ref"], "no reference run in /nonexistent/ref"),
         (["regress", "HEAD", "--deps-env", "/nonexistent/venv"], "--deps-env /nonexistent/venv: no bin/python"),
+        (["regress", "HEAD", "--schedule", "sideways"], "invalid choice: 'sideways'"),
     ],
 )
 def test_regress_mistakes_are_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
@@ -405,6 +406,23 @@ def test_regress_mistakes_are_one_line_and_exit_2(argv, message, capsys, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
     assert len(err) == 1 and err[0].startswith("suite: error: ") and message in err[0], err
+
+
+def test_the_command_line_leaves_the_schedule_to_the_gate(monkeypatch):
+    """Without --schedule the gate picks concurrent twins where the machine has a CPU per revision (an explicit
+    'interleaved' default on the command line overrode that once, and missed a 30% slower update under load)."""
+    from suite.cli import build_parser
+    from suite.regress.gate import RegressOptions, _validate, default_schedule
+
+    args = build_parser().parse_args(["regress", "HEAD"])
+    assert args.schedule is None
+    opts = RegressOptions(base="HEAD", schedule=args.schedule)
+    _validate(opts)
+    assert opts.schedule == default_schedule(1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert default_schedule(1) == "concurrent" and default_schedule(2) == "interleaved"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert default_schedule(1) == "interleaved"
 
 
 def test_outside_a_git_checkout_is_a_user_error(tmp_path, monkeypatch, capsys):
