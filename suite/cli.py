@@ -200,6 +200,11 @@ def _add_regress_parser(sub: Any) -> None:
     p.add_argument("--tier", help="budget tier (default: the study's)")
     p.add_argument("--seeds", help="seed spec (default: the study's)")
     p.add_argument("--repeats", type=int, help="runs per revision, interleaved (default 2; a reference: its own)")
+    p.add_argument(
+        "--max-repeats", type=int,
+        help="runs per revision an undecided comparison (estimate beyond a speed or memory threshold, interval not) "
+        "may reach, running only its algorithm and env again (default 6; = --repeats: never)",
+    )  # fmt: skip
     p.add_argument("--threads", type=int, help="torch threads per trial (default: the study's)")
     p.add_argument("--workers", type=int, default=1, help="parallel trials inside each run (default 1)")
     p.add_argument(
@@ -528,7 +533,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
     opts = RegressOptions(
         base=args.base, head=args.head, studies=args.study or [], tier=args.tier, seeds=args.seeds, repeats=args.repeats,
-        threads=args.threads, workers=args.workers, schedule=args.schedule,
+        max_repeats=args.max_repeats, threads=args.threads, workers=args.workers, schedule=args.schedule,
         thresholds=Thresholds(speed=args.speed_threshold, memory=args.memory_threshold, return_margin=args.return_margin,
                               alpha=args.alpha),
         against_reference=args.against_reference, write_reference=args.write_reference,

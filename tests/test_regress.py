@@ -27,12 +27,15 @@ import torch
 from suite.cli import main
 from suite.errors import UserError
 from suite.regress.compare import (
+    GroupResult,
+    RatioResult,
     Thresholds,
     compare,
     memory_verdict,
     pooled_ratio_intervals,
     rule_text,
     speed_verdict,
+    undecided,
     welch_one_sided,
 )
 from suite.regress.plan import DEFAULT_STUDIES, make_plan, make_plans, study_toml, toml_value
@@ -257,6 +260,41 @@ def test_the_plan_leaves_out_what_a_revision_lacks():
         make_plan("regression-memory", tier=None, seeds=None, threads=None, capabilities=[_caps(envs=("CartPole-v1",))])
 
 
+def _ratio(measure, ratio, lo, hi, verdict, base=100.0, head=None):
+    return RatioResult(measure, ratio, lo, hi, 2, 2, base, base * ratio if head is None else head, verdict)
+
+
+@pytest.mark.parametrize(
+    ("speed", "memory", "expected"),
+    [
+        ((0.82, 0.57, 1.19, "same"), (1.0, 0.99, 1.01, "same"), ["steps_per_second"]),  # beyond 1/1.1, interval not
+        ((0.95, 0.70, 1.30, "same"), (1.0, 0.99, 1.01, "same"), []),  # inside the threshold: more runs cannot fail it
+        ((0.80, 0.70, 0.88, "slower"), (1.0, 0.99, 1.01, "same"), []),  # decided: slower
+        ((1.0, 0.9, 1.1, "same"), (1.25, 1.05, 1.45, "same"), ["peak_rss_mb"]),  # hungrier by the estimate only
+        ((1.0, 0.9, 1.1, "same"), (1.25, 1.05, 1.45, "same", 20.0, 24.0), []),  # below the MB floor: never counts
+    ],
+)
+def test_a_comparison_is_undecided_when_its_estimate_is_beyond_a_threshold_and_its_interval_is_not(speed, memory, expected):
+    group = GroupResult("ppo", "CartPole-v1", "CartPole-v1", [0], "identical", "", budget=2048)
+    group.speed = [_ratio("steps_per_second", *speed)]
+    group.memory = [_ratio("peak_rss_mb", *memory[:4], *memory[4:])]
+    assert undecided(group, Thresholds()) == expected
+
+
+def test_only_the_units_of_undecided_comparisons_run_again():
+    from suite.regress.gate import _undecided_units
+
+    plans = make_plans(["regression", "regression-returns"], tier=None, seeds=None, threads=None,
+                       capabilities=[_caps(("ppo", "grpo", "sb3-ppo"), ("CartPole-v1",))])  # fmt: skip
+    slow = GroupResult("ppo", "CartPole-v1", "CartPole-v1", [0, 1, 2], "identical", "", budget=5000)
+    slow.speed = [_ratio("cpu_steps_per_second", 0.82, 0.57, 1.19, "same")]
+    fine = GroupResult("grpo", "CartPole-v1", "CartPole-v1", [0], "identical", "", budget=2048)
+    fine.speed = [_ratio("cpu_steps_per_second", 0.97, 0.80, 1.17, "same")]
+    units = _undecided_units([slow, fine], plans, Thresholds())
+    assert units == [Unit("regression-returns", "ppo", "CartPole-v1")]  # the 5,000-step ppo, not the 2,048-step one
+    assert _undecided_units([fine], plans, Thresholds()) == []
+
+
 def test_default_studies_are_shipped_and_distinct():
     plans = make_plans([], tier=None, seeds=None, threads=None, capabilities=[_caps(
         ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise", "sb3-ppo"))])  # fmt: skip
@@ -392,6 +430,7 @@ def test_reference_round_trip_and_machine_check(tmp_path):
         (["regress"], "give a BASE revision"),
         (["regress", "no-such-rev-xyz"], "unknown revision 'no-such-rev-xyz'"),
         (["regress", "HEAD", "--repeats", "0"], "--repeats must be >= 1"),
+        (["regress", "HEAD", "--max-repeats", "0"], "--max-repeats must be >= 1"),
         (["regress", "HEAD", "--speed-threshold", "0.9"], "--speed-threshold must be a factor >= 1"),
         (["regress", "--against-reference", "--write-reference"], "exclude each other"),
         (["regress", "--against-reference", "--seeds", "0-3"], "runs the reference's own study"),

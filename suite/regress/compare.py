@@ -87,8 +87,10 @@ def rule_text(t: Thresholds, speed_gated: bool = True) -> list[str]:
         f"averaged over seeds per repeat, geometric mean with a {conf} t-interval (sd pooled over the comparisons, "
         f"repeats as the unit); slower = the whole interval below 1/{t.speed:g} (= {1 / t.speed:.3f}) on either "
         f"clock; faster = the whole interval above {t.speed:g}."
-        + ("" if speed_gated else " Not gating here: the reference ran at another time, so load differences "
-                                  "are not paired out."),
+        + (" A comparison whose estimate is beyond a speed or memory threshold while its interval is not runs again "
+           "(that algorithm and env only, both revisions) up to the run's maximum repeats (--max-repeats) before it "
+           "is decided." if speed_gated else
+           " Not gating here: the reference ran at another time, so load differences are not paired out."),
         f"Memory: peak RSS (and per-phase peak fields where recorded) HEAD/BASE, the same intervals: hungrier = the "
         f"whole {conf} interval above {t.memory:g} and an increase >= {t.memory_floor_mb:g} MB.",
         f"Exit code 1 when any comparison is {' / '.join(FAILING)}; 0 otherwise.",
@@ -167,6 +169,21 @@ def memory_verdict(ratio: float, lo: float, hi: float, increase_mb: float, thres
     if hi < 1 / threshold and -increase_mb >= floor_mb:
         return "leaner"
     return "same"
+
+
+def undecided(result: GroupResult, t: Thresholds) -> list[str]:
+    """The gating measures of a comparison whose estimate is beyond its threshold while its interval is not: more
+    repeats could turn them into ``slower`` / ``hungrier`` (or show they are not). Empty: decided.
+
+    A speed ratio below ``1/speed`` (either clock) with a ``same`` verdict, or a memory ratio above ``memory``
+    (with an increase of at least the floor) with a ``same`` verdict. Estimates inside the thresholds are decided:
+    even a certain interval there would not fail the gate.
+    """
+    out = [r.measure for r in result.speed
+           if r.verdict == "same" and r.ratio < 1 / t.speed]  # fmt: skip
+    out += [r.measure for r in result.memory
+            if r.verdict == "same" and r.ratio > t.memory and r.head_mean - r.base_mean >= t.memory_floor_mb]  # fmt: skip
+    return out
 
 
 # -- per-group comparison --------------------------------------------------------------------------------------

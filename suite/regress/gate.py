@@ -28,7 +28,7 @@ import pandas as pd
 from suite.errors import UserError
 from suite.interrupts import Interrupted
 from suite.regress.build import Build, Builder, default_cache_dir
-from suite.regress.compare import GroupResult, Thresholds, compare, rule_text
+from suite.regress.compare import GroupResult, Thresholds, compare, rule_text, undecided
 from suite.regress.output import Context, terminal_table, write_outputs
 from suite.regress.plan import Plan, make_plans, plans_id
 from suite.regress.records import load_slot
@@ -41,6 +41,11 @@ RUNS_DIR = Path("results") / "regress"
 """Parent of the default run folders, relative to the current directory (like ``results/suite.db``)."""
 DEFAULT_REPEATS = 2
 """Runs per revision: with the studies' seeds, 2 repeats give >= 2 interleaved pairs per comparison (6 with 3 seeds)."""
+DEFAULT_MAX_REPEATS = 6
+"""Runs per revision an undecided comparison may reach (:func:`suite.regress.compare.undecided`): measured on the
+shared 2-core machine, a twin pair's HEAD/BASE ratio of CPU-time steps/s spreads by 0.13-0.19 (sd of the log) even
+with the twins side by side, so 2 repeats leave a ~20% slowdown's interval straddling the threshold; only the
+undecided comparison's algorithm and env run again (seconds each), not the whole study."""
 REPORT_REPS = 2000
 """Bootstrap replications of the side-by-side study report (its CIs are context; the gate has its own tests)."""
 
@@ -59,6 +64,9 @@ class RegressOptions:
     seeds: str | None = None
     repeats: int | None = None
     """Runs per revision; default :data:`DEFAULT_REPEATS` (a reference: its own count)."""
+    max_repeats: int | None = None
+    """Runs per revision an undecided comparison may reach (BASE HEAD mode); default :data:`DEFAULT_MAX_REPEATS`,
+    never below ``repeats`` (equal: no extra runs)."""
     threads: int | None = None
     workers: int = 1
     """Parallel trials inside each run (1: trials do not compete with each other for the CPU)."""
@@ -127,8 +135,33 @@ def _regress(opts: RegressOptions, say: Callable[[str], None]) -> int:
     slots_log = _run(builds, plans, run_dir, repeats, opts, say)
     runs = _load_runs(run_dir, builds, repeats)
     results = compare(runs, opts.thresholds)
-    ctx = _context(base.describe(), head.describe(), plans, repeats, opts.schedule or "interleaved", slots_log, [], run_dir)
+    ceiling = max(opts.max_repeats or DEFAULT_MAX_REPEATS, repeats)
+    notes: list[str] = []
+    for extra in range(repeats, ceiling):
+        units = _undecided_units(results, plans, opts.thresholds)
+        if not units:
+            break
+        say(f"undecided after {extra} repeats: {', '.join(f'{u.algo}/{u.env} ({u.part})' for u in units)}; "
+            f"repeat {extra + 1} of those (at most {ceiling})")  # fmt: skip
+        notes.append(f"repeat {extra + 1} ran only the undecided {', '.join(f'{u.algo}/{u.env} ({u.part})' for u in units)}")
+        slots_log += _run(builds, plans, run_dir, extra + 1, opts, say, only=(extra, units))
+        runs = _load_runs(run_dir, builds, extra + 1)
+        results = compare(runs, opts.thresholds)
+    reached = int(runs["repeat"].max()) + 1 if not runs.empty else repeats
+    mode = opts.schedule or "interleaved"
+    ctx = _context(base.describe(), head.describe(), plans, reached, mode, slots_log, notes, run_dir)
     return _finish(results, runs, ctx, opts, say, builds)
+
+
+def _undecided_units(results: Sequence[GroupResult], plans: Sequence[Plan], t: Thresholds) -> list[Unit]:
+    """The slots' units (study, algorithm, env) holding a comparison that more repeats could decide."""
+    wanted = {(g.algo, g.env_id, g.budget) for g in results if undecided(g, t)}
+    out: list[Unit] = []
+    for plan in plans:
+        for algo, env in plan.units:
+            if any((algo, env, grp.budget) in wanted for grp in plan.groups if (grp.algo, grp.env.id) == (algo, env)):
+                out.append(Unit(plan.study.name, algo, env))
+    return out
 
 
 # -- modes ---------------------------------------------------------------------------------------------------
@@ -201,6 +234,8 @@ def _validate(opts: RegressOptions) -> None:
                         "do not apply (regenerate the reference to change them)")  # fmt: skip
     if opts.repeats is not None and opts.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {opts.repeats}")
+    if opts.max_repeats is not None and opts.max_repeats < 1:
+        raise UserError(f"--max-repeats must be >= 1, got {opts.max_repeats}")
     if opts.workers < 1:
         raise UserError(f"--workers must be >= 1, got {opts.workers}")
     if opts.schedule is None:
@@ -238,8 +273,9 @@ def _build(builder: Builder, rev: Revision, side: str, say: Callable[[str], None
 
 
 def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats: int, opts: RegressOptions,
-         say: Callable[[str], None]) -> list[dict[str, Any]]:  # fmt: skip
-    """Run every slot not yet done; return the log of the slots run now."""
+         say: Callable[[str], None], only: tuple[int, Sequence[Unit]] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Run every slot not yet done (``only``: the slots of one more repeat of these units); return the log of the
+    slots run now."""
     from tqdm import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -248,16 +284,20 @@ def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats
         (run_dir / plan.file_name).write_text(plan.toml)
     _write_manifest(run_dir, builds, plans, repeats, opts)
     units = [Unit(p.study.name, algo, env) for p in plans for algo, env in p.units]
-    slots = interleaved(list(builds), repeats, units)
+    if only is None:
+        slots = interleaved(list(builds), repeats, units)
+    else:
+        slots = [s for s in interleaved(list(builds), only[0] + 1, list(only[1])) if s.repeat == only[0]]
     todo = [s for s in slots if not s.done(run_dir)]
     schedule = opts.schedule if len(builds) > 1 and opts.schedule else "interleaved"
-    for plan in plans:
-        say(f"study {plan.study.name!r} ({plan.tier} tier): {len(plan.groups)} (algorithm, env) x {len(plan.seeds)} seeds = "
-            f"{plan.n_trials} trials")  # fmt: skip
-        for note in plan.skipped:
-            say(f"note: left out of {plan.study.name!r}: {note}")
-    say(f"{len(slots)} runs ({' and '.join(builds)}, {repeats} repeats, {schedule}), {len(slots) - len(todo)} already "
-        f"done; results in {run_dir}")  # fmt: skip
+    if only is None:
+        for plan in plans:
+            say(f"study {plan.study.name!r} ({plan.tier} tier): {len(plan.groups)} (algorithm, env) x {len(plan.seeds)} "
+                f"seeds = {plan.n_trials} trials")  # fmt: skip
+            for note in plan.skipped:
+                say(f"note: left out of {plan.study.name!r}: {note}")
+        say(f"{len(slots)} runs ({' and '.join(builds)}, {repeats} repeats, {schedule}), {len(slots) - len(todo)} "
+            f"already done; results in {run_dir}")  # fmt: skip
     size = {Unit(p.study.name, algo, env): p.unit_trials(algo, env) for p in plans for algo, env in p.units}
     total = sum(size[s.unit] for s in slots)
     bar = tqdm(total=total, initial=total - sum(size[s.unit] for s in todo), unit="trial", disable=opts.quiet,
