@@ -73,7 +73,7 @@ def test_seed004_table_has_the_documents_four_rows_and_budgets() -> None:
     )
     # Zoo budgets for CartPole and LunarLander at the standard tier; Hopper at the standard tier; Pong reduced.
     runs = {c.row: claims.run_budget(c, c.arm, "standard") for c in claims.cells if c.column == "PPO"}
-    assert runs == {"CartPole-v1": 100_000, "LunarLander": 1_000_000, "Atari Pong": 300_000, "MuJoCo Hopper": 300_000}
+    assert runs == {"CartPole-v1": 100_000, "LunarLander": 1_000_000, "Atari Pong": 40_000, "MuJoCo Hopper": 300_000}
     assert {c.row: claims.run_budget(c, c.arm, "paper") for c in claims.cells} == {
         "CartPole-v1": 100_000, "LunarLander": 1_000_000, "Atari Pong": 10_000_000, "MuJoCo Hopper": 1_000_000}  # fmt: skip
 
