@@ -141,9 +141,9 @@ def _regress(opts: RegressOptions, say: Callable[[str], None]) -> int:
         units = _undecided_units(results, plans, opts.thresholds)
         if not units:
             break
-        say(f"undecided after {extra} repeats: {', '.join(f'{u.algo}/{u.env} ({u.part})' for u in units)}; "
-            f"repeat {extra + 1} of those (at most {ceiling})")  # fmt: skip
-        notes.append(f"repeat {extra + 1} ran only the undecided {', '.join(f'{u.algo}/{u.env} ({u.part})' for u in units)}")
+        listed = ", ".join(f"{u.algo}/{u.env} ({u.part})" for u in units)
+        say(f"undecided after {extra} repeats: {listed}; repeat {extra + 1} of those (at most {ceiling})")
+        notes.append(f"repeat {extra + 1} ran only the undecided {listed}")
         slots_log += _run(builds, plans, run_dir, extra + 1, opts, say, only=(extra, units))
         runs = _load_runs(run_dir, builds, extra + 1)
         results = compare(runs, opts.thresholds)
