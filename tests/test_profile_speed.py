@@ -45,6 +45,13 @@ def test_profile_of_a_ppo_slice_counts_the_loop_and_measures_its_limit():
     assert "env step" in text and "training runs at" in text and "top functions" in text
 
 
+def test_the_limit_does_the_same_work_per_step_under_gradient_accumulation():
+    """4 micro-batches of 64 make one step of 256 samples: the limit times steps of 256, not of 64."""
+    prof = profile_speed("ppo", "CartPole-v1", steps=256, overrides={"grad_accumulation": 4}, with_cprofile=False)
+    assert prof.calls["forward"] == 4 * prof.calls["optimizer"] == 4 * 20
+    assert prof.limit["train_steps"] == 20 and prof.limit["train_batch"] == 256
+
+
 def test_profile_of_an_autograd_algorithm_names_its_path():
     prof = profile_speed("ppo", "ALE/Pong-v5", steps=64, overrides={"n_envs": 2, "n_steps": 32, "batch_size": 32},
                          with_cprofile=False)  # fmt: skip

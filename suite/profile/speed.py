@@ -334,11 +334,12 @@ def profile_speed(
         prof.limit["env_s"] = _time_env(resolved, made, env_calls, laps.now)
     trainer = laps.trainer
     _t, inf_calls, inf_samples = laps.part("inference")
-    _t, fwd_calls, fwd_samples = laps.part("forward")
+    _t, _fwd_calls, fwd_samples = laps.part("forward")
     _t, opt_calls, _n = laps.part("optimizer")
     if trainer is not None and hasattr(trainer, "stepper"):
         inference = (inf_calls, inf_samples // max(inf_calls, 1))
-        training = (opt_calls, fwd_samples // max(fwd_calls, 1))
+        # the same samples per optimiser step (a step of k accumulated micro-batches is one step of their sum)
+        training = (opt_calls, fwd_samples // max(opt_calls, 1))
         prof.limit["network_s"], prof.limit["network_path"] = _time_network(trainer, inference, training, laps.now)
         prof.limit["inference_calls"], prof.limit["inference_batch"] = inference
         prof.limit["train_steps"], prof.limit["train_batch"] = training
