@@ -304,6 +304,17 @@ def test_default_studies_are_shipped_and_distinct():
     assert study_toml(plans[2].study, "smoke", [0], 1, plans[2].groups) == plans[2].toml
 
 
+def test_a_written_study_read_back_gives_the_same_file(tmp_path):
+    """The reference keeps the studies as written; --against-reference compares them with a rewrite of themselves,
+    which must be the same text (it once tagged the description a second time and said 'the study file differs')."""
+    caps = [_caps(("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise", "sb3-ppo"))]
+    for plan in make_plans([], tier=None, seeds=None, threads=None, capabilities=caps):
+        written = tmp_path / f"{plan.study.name}.toml"
+        written.write_text(plan.toml)
+        (again,) = make_plans([str(written)], tier=None, seeds=None, threads=None, capabilities=caps)
+        assert again.toml == plan.toml
+
+
 def test_interleaved_order_alternates_every_repeat():
     a, b = Unit("s", "ppo", "CartPole-v1"), Unit("s", "grpo", "CartPole-v1")
     order = [(s.side, s.repeat, s.unit.algo) for s in interleaved(["base", "head"], 3, [a, b])]

@@ -321,3 +321,24 @@ def test_pong_reaches_sb3_through_the_suites_atari_pipeline_unwrapped():
         assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
     finally:
         ctx.close()
+
+
+def test_the_suite_s_own_trials_do_not_load_stable_baselines3():
+    """The registry lists the sb3-* entries without importing SB3: a ppo trial process (the local executor's
+    forkserver preloads the registry) stays ~22 MB smaller; an sb3-* trial imports it when it builds its model."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from suite.executors.local import FORKSERVER_PRELOAD\n"
+        "import importlib\n"
+        "for name in FORKSERVER_PRELOAD: importlib.import_module(name)\n"
+        "from suite.trial import TrialSpec, run_trial\n"
+        "run_trial(TrialSpec('ppo', 'CartPole-v1', 0, 256, n_eval_episodes=1).resolve())\n"
+        "assert 'stable_baselines3' not in sys.modules, 'ppo loaded SB3'\n"
+        "run_trial(TrialSpec('sb3-ppo', 'CartPole-v1', 0, 256, n_eval_episodes=1).resolve())\n"
+        "assert 'stable_baselines3' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -202,7 +202,7 @@ def study_toml(study: Study, tier: str, seeds: Sequence[int], threads: int, grou
         budgets[e.id] = table[e.id]
     data: dict[str, Any] = {
         "name": study.name,
-        "description": f"{study.description.strip()} [written by suite regress: tier {tier}, explicit budgets]".strip(),
+        "description": _tagged(study.description, tier),
         "tier": tier,
         "seeds": list(seeds),
         "n_eval_episodes": study.n_eval_episodes,
@@ -214,6 +214,14 @@ def study_toml(study: Study, tier: str, seeds: Sequence[int], threads: int, grou
         "budgets": {tier: budgets},
     }
     return "".join(f"{toml_key(k)} = {toml_value(v)}\n" for k, v in data.items())
+
+
+def _tagged(description: str, tier: str) -> str:
+    """The study's description marked as rewritten (once: a written study read back, e.g. a reference's, keeps its
+    text, so the same study gives the same file)."""
+    tag = f"[written by suite regress: tier {tier}, explicit budgets]"
+    text = description.strip()
+    return text if text.endswith(tag) else f"{text} {tag}".strip()
 
 
 def toml_key(key: str) -> str:

@@ -18,11 +18,14 @@ A comparison is trusted only when both sides ran the same way, so these entries 
   ``ctx.after_iteration`` for periodic evaluation.
 * :mod:`~suite.algorithms.sb3.registration`: :func:`train_sb3` and the five registrations (on import).
 
+Stable-Baselines3 itself is imported only by the ``sb3-*`` trials (``train_sb3``, :attr:`Flavour.sb3_cls`) and
+by the names above that need it (loaded on first use): a trial of the suite's own algorithms never loads it.
+
 Published reference results (``baselines/published/*.csv``) live with the claims: :mod:`suite.claims.published`.
 """
 
-from suite.algorithms.sb3.agent import SB3Agent, policy_factory
-from suite.algorithms.sb3.callback import TrialCallback, check_finite
+from typing import TYPE_CHECKING, Any
+
 from suite.algorithms.sb3.config import (
     ACTIVATIONS,
     FLAVOURS,
@@ -38,7 +41,6 @@ from suite.algorithms.sb3.config import (
     sb3_schedule,
 )
 from suite.algorithms.sb3.registration import train_sb3
-from suite.algorithms.sb3.vec_env import SuiteVecEnv
 from suite.algorithms.sb3.zoo import (
     BASELINES_DIR,
     ZOO_COMMIT,
@@ -49,6 +51,27 @@ from suite.algorithms.sb3.zoo import (
     zoo_entry_to_overrides,
     zoo_env_defaults,
 )
+
+if TYPE_CHECKING:
+    from suite.algorithms.sb3.agent import SB3Agent, policy_factory
+    from suite.algorithms.sb3.callback import TrialCallback, check_finite
+    from suite.algorithms.sb3.vec_env import SuiteVecEnv
+
+_LAZY = {
+    "SB3Agent": "agent", "policy_factory": "agent", "TrialCallback": "callback", "check_finite": "callback",
+    "SuiteVecEnv": "vec_env",
+}  # fmt: skip
+"""Names from the modules that import Stable-Baselines3: loaded on first use, so that importing the registry (every
+trial does) does not load SB3 for the suite's own algorithms."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"suite.algorithms.sb3.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ACTIVATIONS",

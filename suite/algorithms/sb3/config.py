@@ -1,23 +1,27 @@
 """Configs of the ``sb3-*`` entries: one frozen dataclass per SB3 class (SB3's constructor names and defaults),
-the five flavours, and the conversion of a config into SB3 constructor arguments and ``policy_kwargs``."""
+the five flavours, and the conversion of a config into SB3 constructor arguments and ``policy_kwargs``.
+
+Stable-Baselines3 itself is imported only when an ``sb3-*`` trial builds its model (:attr:`Flavour.sb3_cls`): the
+registry lists these entries without it, so a trial of the suite's own algorithms never loads it (~22 MB of RSS
+in every trial process)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from gymnasium import spaces
-from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
-from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from torch import nn
 
 from suite.config import Schedule
 from suite.errors import UserError
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 ACTIVATIONS: Mapping[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -284,17 +288,24 @@ class Flavour:
     """What differs between the five entries."""
 
     algo: str
-    sb3_cls: type[BaseAlgorithm]
+    sb3_class: str
+    """The class's name in ``stable_baselines3`` (``PPO``, ``A2C``, ...)."""
     config_cls: type
     on_policy: bool
 
+    @property
+    def sb3_cls(self) -> type[BaseAlgorithm]:
+        """The SB3 class itself (imports Stable-Baselines3 on first use)."""
+        cls: type[BaseAlgorithm] = getattr(importlib.import_module("stable_baselines3"), self.sb3_class)
+        return cls
+
 
 FLAVOURS: Mapping[str, Flavour] = {
-    "ppo": Flavour("ppo", PPO, SB3PPOConfig, True),
-    "a2c": Flavour("a2c", A2C, SB3A2CConfig, True),
-    "dqn": Flavour("dqn", DQN, SB3DQNConfig, False),
-    "sac": Flavour("sac", SAC, SB3SACConfig, False),
-    "td3": Flavour("td3", TD3, SB3TD3Config, False),
+    "ppo": Flavour("ppo", "PPO", SB3PPOConfig, True),
+    "a2c": Flavour("a2c", "A2C", SB3A2CConfig, True),
+    "dqn": Flavour("dqn", "DQN", SB3DQNConfig, False),
+    "sac": Flavour("sac", "SAC", SB3SACConfig, False),
+    "td3": Flavour("td3", "TD3", SB3TD3Config, False),
 }
 """Zoo algorithm name -> SB3 class, config dataclass and family."""
 
@@ -343,6 +354,8 @@ def policy_kwargs(flavour: Flavour, cfg: Any) -> dict[str, Any]:
         kw["n_critics"] = cfg.n_critics
     if flavour.algo == "a2c" and cfg.use_rms_prop and cfg.optimizer_class == "RMSpropTFLike":
         # As the zoo's atari entry: dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)).
+        from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
         kw["optimizer_class"] = RMSpropTFLike
         kw["optimizer_kwargs"] = {"eps": cfg.rms_prop_eps}
     return kw
@@ -358,6 +371,8 @@ def sb3_kwargs(flavour: Flavour, cfg: Any, action_space: spaces.Space) -> dict[s
         kw["train_freq"] = (cfg.train_freq, cfg.train_freq_unit)
         kw["replay_buffer_kwargs"] = {"handle_timeout_termination": cfg.handle_timeout_termination}
     if flavour.algo in ("sac", "td3") and cfg.noise_type != "none":
+        from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
         n = int(np.prod(action_space.shape or ()))
         noise_cls = NormalActionNoise if cfg.noise_type == "normal" else OrnsteinUhlenbeckActionNoise
         kw["action_noise"] = noise_cls(mean=np.zeros(n), sigma=cfg.noise_std * np.ones(n))

@@ -5,24 +5,29 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
-
 from suite.algorithms.core import Diverged
-from suite.algorithms.sb3.agent import SB3Agent, policy_factory
-from suite.algorithms.sb3.callback import TrialCallback, check_finite
 from suite.algorithms.sb3.config import FLAVOURS, sb3_kwargs
-from suite.algorithms.sb3.vec_env import SuiteVecEnv
 from suite.algorithms.sb3.zoo import ZOO_COMMIT, zoo_env_defaults
 from suite.registry import register
 
 if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env import VecEnv
+
+    from suite.algorithms.sb3.agent import SB3Agent
     from suite.trial import TrialContext
 
 
 def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
     """Train SB3's ``algo`` class inside a trial and return its policy as an :class:`SB3Agent`."""
+    # Stable-Baselines3 is imported here, by the sb3-* trials that use it (see suite.algorithms.sb3.config)
+    from stable_baselines3.common.logger import Logger
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from suite.algorithms.sb3.agent import SB3Agent
+    from suite.algorithms.sb3.callback import TrialCallback, check_finite
+    from suite.algorithms.sb3.vec_env import SuiteVecEnv
+
     flavour = FLAVOURS[algo]
     envs = ctx.make_envs(cfg.n_envs, vectorization=cfg.vectorization)
     venv: VecEnv = SuiteVecEnv(envs, ctx)
@@ -50,6 +55,18 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
     return agent
 
 
+def _policy_factory(algo: str) -> Any:
+    """:func:`suite.algorithms.sb3.agent.policy_factory`, imported when a saved policy is rebuilt."""
+
+    def build(observation_space: Any, action_space: Any, cfg: Any) -> SB3Agent:
+        from suite.algorithms.sb3.agent import policy_factory
+
+        return policy_factory(algo)(observation_space, action_space, cfg)
+
+    build.__doc__ = f"Rebuild a saved ``sb3-{algo}`` policy (SB3's policy class for ``cfg.policy``)."
+    return build
+
+
 def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observations: tuple[str, ...],
               notes: str = "") -> None:  # fmt: skip
     flavour = FLAVOURS[algo]
@@ -58,13 +75,13 @@ def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observ
         return train_sb3(algo, ctx, cfg)
 
     train.__name__ = train.__qualname__ = f"train_sb3_{algo}"
-    train.__doc__ = f"Train ``stable_baselines3.{flavour.sb3_cls.__name__}`` inside a trial."
+    train.__doc__ = f"Train ``stable_baselines3.{flavour.sb3_class}`` inside a trial."
     register(
         f"sb3-{algo}",
         version="1.1.0",
         summary=summary,
         reference=(
-            f"stable-baselines3 {flavour.sb3_cls.__name__} (Raffin et al. 2021, JMLR 22(268)); hyperparameters: "
+            f"stable-baselines3 {flavour.sb3_class} (Raffin et al. 2021, JMLR 22(268)); hyperparameters: "
             f"rl-baselines3-zoo hyperparams/{algo}.yml @ {ZOO_COMMIT} (baselines/hyperparams/{algo}.yml)"
         ),
         action_spaces=action_spaces,
@@ -75,8 +92,8 @@ def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observ
             "The real SB3 class, run through the suite's trial runner: the suite's envs (Atari: the suite's "
             "pipeline, not SB3's AtariWrapper; no FireReset), seeds, evaluation and records. " + notes
         ),
-        extra={"peer": "stable-baselines3", "sb3_class": flavour.sb3_cls.__name__, "zoo_commit": ZOO_COMMIT},
-        policy_factory=policy_factory(algo),
+        extra={"peer": "stable-baselines3", "sb3_class": flavour.sb3_class, "zoo_commit": ZOO_COMMIT},
+        policy_factory=_policy_factory(algo),
     )(train)
 
 
