@@ -23,6 +23,7 @@ a fraction of it.
     python benchmarks/bench_ppo_vs_sb3.py --env CartPole-v1 --seeds 0-2             # 100k steps, 3 seeds
     python benchmarks/bench_ppo_vs_sb3.py --env LunarLander-v3 --seeds 0-2 --steps 100000
     python benchmarks/bench_ppo_vs_sb3.py --env ALE/Pong-v5 --seeds 0 --steps 3072  # speed and peak RSS
+    python benchmarks/bench_ppo_vs_sb3.py --env ALE/Pong-v5 --ppo-set grad_accumulation=4   # a toggle of ppo's
 """
 
 from __future__ import annotations
@@ -65,11 +66,14 @@ def _status_mb(field: str) -> float:
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024.0
 
 
-def _run(algo: str, env_id: str, seed: int, steps: int, eval_freq: int, n_eval: int, conn: Any) -> None:
+def _run(algo: str, env_id: str, seed: int, steps: int, eval_freq: int, n_eval: int, conn: Any,
+         overrides: dict[str, Any] | None = None) -> None:  # fmt: skip
     """Child process: one seeded trial, timed by wall clock and CPU time per phase."""
     from suite.trial import TrialContext, TrialSpec, seed_everything
 
-    resolved = TrialSpec(algo, env_id, seed, steps, eval_freq=eval_freq, n_eval_episodes=n_eval).resolve()
+    resolved = TrialSpec(
+        algo, env_id, seed, steps, eval_freq=eval_freq, n_eval_episodes=n_eval, overrides=overrides or {}
+    ).resolve()
     seed_everything(seed, 1)
     base_rss = _status_mb("VmRSS")
     ctx = TrialContext(resolved)
@@ -187,12 +191,13 @@ def _run_standalone(algo: str, env_id: str, seed: int, steps: int, eval_freq: in
 
 
 def run_isolated(
-    algo: str, env_id: str, seed: int, steps: int, eval_freq: int, n_eval: int, standalone: bool = False
-) -> dict[str, Any]:
+    algo: str, env_id: str, seed: int, steps: int, eval_freq: int, n_eval: int, standalone: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    target = _run_standalone if standalone else _run
-    proc = ctx.Process(target=target, args=(algo, env_id, seed, steps, eval_freq, n_eval, child))
+    argv: tuple[Any, ...] = (algo, env_id, seed, steps, eval_freq, n_eval, child)
+    proc = ctx.Process(target=_run_standalone if standalone else _run, args=argv if standalone else (*argv, overrides))
     proc.start()
     child.close()
     out = parent.recv()
@@ -205,10 +210,10 @@ def _median(xs: list[Any]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _limit(env_id: str, steps: int) -> dict[str, Any]:
+def _limit(env_id: str, steps: int, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     from suite.profile.speed import profile_speed
 
-    prof = profile_speed("ppo", env_id, steps=steps, with_cprofile=False, clock="cpu")
+    prof = profile_speed("ppo", env_id, steps=steps, overrides=overrides, with_cprofile=False, clock="cpu")
     return {
         "slice_steps": prof.steps,
         "steps_per_cpu_second": prof.steps_per_second,
@@ -220,8 +225,9 @@ def _limit(env_id: str, steps: int) -> dict[str, Any]:
 
 
 def bench_env(
-    env_id: str, seeds: list[int], steps: int, eval_freq: int, n_eval: int, limit_steps: int, peer: str
-) -> dict[str, Any]:
+    env_id: str, seeds: list[int], steps: int, eval_freq: int, n_eval: int, limit_steps: int, peer: str,
+    ppo_overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     from suite.stats.scores import score_intervals
 
     rows = []
@@ -229,8 +235,9 @@ def bench_env(
         pair = {}
         for algo in ("ppo", "sb3-ppo"):
             pair[algo] = run_isolated(
-                algo, env_id, seed, steps, eval_freq, n_eval, standalone=algo != "ppo" and peer == "standalone"
-            )
+                algo, env_id, seed, steps, eval_freq, n_eval, standalone=algo != "ppo" and peer == "standalone",
+                overrides=ppo_overrides if algo == "ppo" else None,
+            )  # fmt: skip
             r = pair[algo]
             print(
                 f"  {env_id} seed {seed} {algo:8s}: {r['steps_per_second']:8,.0f} steps/s wall, "
@@ -255,9 +262,10 @@ def bench_env(
         "time_to_threshold_speedup": ratio("time_to_threshold_s", inverse=True),
         "cpu_time_to_threshold_speedup": ratio("cpu_time_to_threshold_s", inverse=True),
         "peak_rss_ratio": ratio("peak_rss_mb"), "final_iqm": iqm, "threshold": THRESHOLDS.get(env_id), "peer": peer,
+        "ppo_overrides": dict(ppo_overrides or {}),
     }  # fmt: skip
     if limit_steps:
-        out["ppo_limit"] = _limit(env_id, limit_steps)
+        out["ppo_limit"] = _limit(env_id, limit_steps, ppo_overrides)
         lim = out["ppo_limit"]["limit_steps_per_cpu_second"]
         sb3 = med["sb3-ppo"]["steps_per_cpu_second"]
         out["limit_over_sb3"] = lim / sb3 if lim and sb3 else None  # the best ratio ppo could reach here
@@ -270,7 +278,9 @@ def report(res: dict[str, Any]) -> None:
 
     m = res["median"]
     ours, peer = m["ppo"], m["sb3-ppo"]
-    print(f"{res['env']} ({res['steps']:,} steps, seeds {res['seeds']}, peer: {res['peer']} SB3):")
+    sets = ", ".join(f"{k}={v}" for k, v in res.get("ppo_overrides", {}).items())
+    print(f"{res['env']} ({res['steps']:,} steps, seeds {res['seeds']}, peer: {res['peer']} SB3"
+          + (f"; ppo with {sets}" if sets else "") + "):")  # fmt: skip
     print(f"  median steps/s wall: ppo {f(ours['steps_per_second'], ',.0f')}, sb3 {f(peer['steps_per_second'], ',.0f')} "
           f"-> {f(res['steps_per_second_ratio'])}x; per CPU second: {f(m['ppo']['steps_per_cpu_second'], ',.0f')} vs "
           f"{f(m['sb3-ppo']['steps_per_cpu_second'], ',.0f')} -> {f(res['steps_per_cpu_second_ratio'])}x")  # fmt: skip
@@ -301,8 +311,18 @@ def main() -> None:
     ap.add_argument("--peer", choices=("auto", "standalone", "suite"), default="auto",
                     help="SB3 as its users run it (standalone) or the sb3-ppo trial (suite); auto: standalone on "
                     "CartPole and LunarLander, suite on Pong")  # fmt: skip
+    ap.add_argument(
+        "--ppo-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hyperparameter override for the suite's ppo only (TOML value), e.g. grad_accumulation=4",
+    )
     ap.add_argument("--output", default="results/benchmarks/ppo_vs_sb3.json")
     args = ap.parse_args()
+    from suite.config import parse_assignments
+
+    ppo_overrides = parse_assignments(args.ppo_set)
     results = []
     load = os.getloadavg()
     for env_id in args.env or ["CartPole-v1"]:
@@ -312,7 +332,7 @@ def main() -> None:
         peer = args.peer if args.peer != "auto" else ("standalone" if env_id in ZOO else "suite")
         if peer == "standalone" and env_id not in ZOO:
             raise SystemExit(f"the standalone peer knows {', '.join(ZOO)} only")
-        res = bench_env(env_id, parse_seeds(args.seeds), steps, eval_freq, args.eval_episodes, limit, peer)
+        res = bench_env(env_id, parse_seeds(args.seeds), steps, eval_freq, args.eval_episodes, limit, peer, ppo_overrides)
         report(res)
         results.append(res)
     out = Path(args.output)
