@@ -9,8 +9,9 @@ expected verdict) and how often the identical revision passed (the false-alarm r
 
     python benchmarks/regress_targets.py --runs 3 --deps-env .venv --out results/regress-targets
 
-Hours of machine time at the defaults (12 gate runs of about 5 minutes each on a quiet 2-core machine); say how
-loaded the machine was when quoting the figures (the summary records the load average during every gate run).
+About an hour of machine time at the defaults (12 gate runs of 3-11 minutes on this 2-core machine; measured:
+``results/regress-targets/README.md``); say how loaded the machine was when quoting the figures (the summary
+records the load average during every gate run).
 """
 
 from __future__ import annotations
