@@ -68,6 +68,9 @@ class AlgorithmSpec:
     """Free-form metadata (e.g. the peer library for ``sb3-*`` entries)."""
     policy_factory: Callable[[Any, Any, Any], Any] | None = None
     """``(observation_space, action_space, config) -> module`` rebuilding a saved policy for re-evaluation."""
+    imports: tuple[str, ...] = ()
+    """Modules a trial of it imports before its clock and memory baseline start (libraries the registry does not
+    load, e.g. Stable-Baselines3 for the ``sb3-*`` entries): their import is neither the trial's time nor its memory."""
     plugin: str | None = None
     """Name of the plugin that registered it (:class:`suite.plugins.PluginInfo`), None for a built-in."""
     plugin_version: str | None = None
@@ -125,6 +128,7 @@ def register(
     notes: str = "",
     extra: Mapping[str, Any] | None = None,
     policy_factory: Callable[[Any, Any, Any], Any] | None = None,
+    imports: tuple[str, ...] = (),
 ) -> Callable[[TrainFn], TrainFn]:
     """Decorator registering ``train(ctx, config) -> Agent`` under ``id`` (see :class:`AlgorithmSpec` for the fields).
 
@@ -163,6 +167,7 @@ def register(
             notes=notes,
             extra=dict(extra or {}),
             policy_factory=policy_factory,
+            imports=tuple(imports),
             plugin=plugin.name if plugin else None,
             plugin_version=plugin.version if plugin else None,
         )

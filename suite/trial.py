@@ -16,6 +16,7 @@ Seed layout (disjoint by construction):
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
 import resource
@@ -448,6 +449,8 @@ def run_trial(
     from suite.provenance import utc_now_iso
 
     spec = resolved.spec
+    for module in resolved.algo.imports:  # before the clock, the seeds and the memory baseline
+        importlib.import_module(module)
     started = utc_now_iso()
     t0 = time.perf_counter()
     seed_everything(spec.seed, spec.threads)

@@ -121,8 +121,11 @@ def test_ray_trial_that_raises_is_kept_and_one_past_its_timeout_is_ended(local_r
     raises = tiny(0, learning_rate=-1.0)
     hangs = TrialSpec("ppo", "CartPole-v1", 0, 50_000_000, n_eval_episodes=2).resolve()
     with ResultsStore(db) as store:
+        # the raising trial runs without a limit (on a loaded machine its first update can come after 3 s: it was
+        # once recorded as a timeout); the hanging one with a 3 s limit
+        run_trials([raises], save=store.save_trial, backend=RayBackend(workers=1), trial_timeout=0, show_progress=False)
         summary = run_trials(
-            [raises, hangs], save=store.save_trial, backend=RayBackend(workers=2), trial_timeout=3, show_progress=False
+            [hangs], save=store.save_trial, backend=RayBackend(workers=1), trial_timeout=3, show_progress=False
         )
         a, b = assert_complete(store, raises.key), assert_complete(store, hangs.key)
     assert (a["status"], a["failure_kind"], a["attempts"]) == ("failed", "exception", 1)

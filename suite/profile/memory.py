@@ -88,12 +88,17 @@ SETUP = "setup"
 MB = 2**20
 _KIB_PER_MB = 1024
 
-# Phase-boundary markers in memray's allocation stream: a malloc of _MARK_A bytes immediately followed, on the
-# same thread, by one of _MARK_B + code bytes (code = 2 * phase index + 0 at entry, 1 at exit). Both sizes are odd
-# and below glibc's mmap threshold (128 KiB), so a marker is two cheap heap allocations that never move the
-# threshold; a real allocation pair of exactly these sizes in this order is not a realistic coincidence.
+# Phase-boundary markers in memray's allocation stream: a malloc of _MARK_A bytes followed, on the same thread and
+# with no malloc of _MARK_GAP bytes or more between them, by one of _MARK_B + code bytes (code = 2 * phase index + 0
+# at entry, 1 at exit). Both sizes are odd and below glibc's mmap threshold (128 KiB), so a marker is two cheap heap
+# allocations that never move the threshold; a real allocation pair of exactly these sizes in this order is not a
+# realistic coincidence.
 _MARK_A = 77_773
 _MARK_B = 88_001
+_MARK_GAP = 1024
+"""Mallocs smaller than this between a marker's two halves do not break it: numpy allocates an array's shape and
+strides (16 bytes here) with malloc before its data whenever its small-block cache is empty, which would hide the
+boundary (a test once saw no ``rollout`` window in a long-lived test process under load)."""
 
 
 def check_mode(mode: str) -> str:
@@ -491,7 +496,7 @@ def analyse_capture(path: Path, phases: dict[int, str]) -> dict[str, _Window]:
             else:
                 live[address] = size
             heap += size
-            if kind == malloc:
+            if kind == malloc and size >= _MARK_GAP:
                 last_by_tid[record.tid] = (size, address)
                 if size == _MARK_A:
                     continue  # most likely a marker's first half: it must not raise the peak

@@ -55,6 +55,15 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
     return agent
 
 
+SB3_IMPORTS = (
+    "stable_baselines3", "stable_baselines3.common.logger", "stable_baselines3.common.on_policy_algorithm",
+    "stable_baselines3.common.vec_env", "suite.algorithms.sb3.agent", "suite.algorithms.sb3.callback",
+    "suite.algorithms.sb3.vec_env",
+)  # fmt: skip
+"""What an ``sb3-*`` trial imports before its measurement starts (the registry does not load SB3: see
+:mod:`suite.algorithms.sb3.config`), so SB3's import lands in no phase of the trial, as when it was preloaded."""
+
+
 def _policy_factory(algo: str) -> Any:
     """:func:`suite.algorithms.sb3.agent.policy_factory`, imported when a saved policy is rebuilt."""
 
@@ -94,6 +103,7 @@ def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observ
         ),
         extra={"peer": "stable-baselines3", "sb3_class": flavour.sb3_class, "zoo_commit": ZOO_COMMIT},
         policy_factory=_policy_factory(algo),
+        imports=SB3_IMPORTS,
     )(train)
 
 
