@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from suite.errors import UserError
-from suite.interrupts import Interrupted, raising_interrupts
+from suite.interrupts import Interrupted, interrupts_after, raising_interrupts
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -621,6 +621,9 @@ def cmd_profile_memory(args: argparse.Namespace) -> int:
 PROFILERS = {"speed": cmd_profile_speed, "memory": cmd_profile_memory}
 """``suite profile NAME``: one function per profiler."""
 
+TRAINING_COMMANDS = frozenset({"run", "reproduce", "evaluate", "profile"})
+"""Commands that load torch and the envs: their native imports run with interrupts held until they finish."""
+
 COMMANDS = {
     "list": cmd_list,
     "run": cmd_run,
@@ -651,6 +654,9 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
                 from suite.plugins import load_plugins
 
                 load_plugins(args.plugin)  # before anything resolves an algorithm; a broken plugin stops here
+            if args.command in TRAINING_COMMANDS:
+                with interrupts_after():  # a Ctrl-C inside ale_py's native import would abort the process
+                    import suite.trial  # noqa: F401  (torch, gymnasium, ale_py)
             return COMMANDS[args.command](args)
         except UserError as exc:
             print(f"suite: error: {exc}", file=sys.stderr)

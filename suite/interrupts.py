@@ -102,6 +102,19 @@ def deferred_interrupts() -> Iterator[Callable[[], int | None]]:
 
 
 @contextlib.contextmanager
+def interrupts_after() -> Iterator[None]:
+    """Inside the block SIGINT/SIGTERM are remembered and raised as :class:`Interrupted` when it ends: for work that
+    must not be interrupted midway, such as importing native extensions whose initialisation calls back into Python
+    (``ale_py``'s nanobind module aborts the whole process, ``terminate called``, when an exception is raised in it)."""
+    signum = None
+    with deferred_interrupts() as arrived:
+        yield
+        signum = arrived()
+    if signum is not None:
+        raise Interrupted(signum)
+
+
+@contextlib.contextmanager
 def signals_blocked() -> Iterator[None]:
     """Block SIGINT/SIGTERM in this thread for the block: processes started inside inherit the blocked mask (and
     so never see the terminal's signals until they choose to); signals that arrive meanwhile are delivered after."""
