@@ -31,7 +31,7 @@ from suite.algorithms.core import (
     net_config,
     resolve_obs_storage_dtype,
 )
-from suite.algorithms.fused import HeadState, kernel_for, parameter_order
+from suite.algorithms.fused import HeadState, fast_mean, fast_std, kernel_for, parameter_order
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 
@@ -249,7 +249,7 @@ class ActorCriticTrainer:
                 rows = table.gather(idx)
                 mb_adv = table.advantages(rows)
                 if cfg.normalize_advantage and b > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
+                    mb_adv = (mb_adv - fast_mean(mb_adv)) / (fast_std(mb_adv, ddof=1) + 1e-8)
                 else:
                     mb_adv = np.ascontiguousarray(mb_adv)
                 bounds = [(0, b)] if k == 1 else micro_batches(b, k)
@@ -390,16 +390,16 @@ def ppo_fused_loss(
         dvalues = diff
     dvalues = dvalues * np.float32(2.0 * cfg.vf_coef * w / diff.size)
     squared = diff * diff
-    policy_loss = -float(surrogate.mean())
-    value_loss = float(squared.mean())
-    entropy_mean = float(entropy.mean())
+    policy_loss = -float(fast_mean(surrogate))
+    value_loss = float(fast_mean(squared))
+    entropy_mean = float(fast_mean(entropy))
     loss = (policy_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * value_loss) * w
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy_mean,
-        "approx_kl": float((ratio - log_ratio).mean()) - 1.0,  # mean((r - 1) - log r)
-        "clip_fraction": float((bounded != ratio).mean()),
+        "approx_kl": float(fast_mean(ratio - log_ratio)) - 1.0,  # mean((r - 1) - log r)
+        "clip_fraction": float(fast_mean(bounded != ratio)),
     }
     dent = -cfg.ent_coef * w / B if cfg.ent_coef else None
     return FusedLoss(loss, metrics, dlogp, dent, dvalues)
