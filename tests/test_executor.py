@@ -385,8 +385,22 @@ def test_sigkill_of_the_driver_loses_no_finished_trial_and_the_rerun_completes(t
     db = tmp_path / "k.db"
     argv = [*SUITE, "run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-3", "--steps", "2048", "--workers", "1",
             "--db", str(db), "--no-report", "--quiet"]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_until(lambda: len(recorded(db)) >= 1, 300, "a trial to be recorded")
+    err_path = tmp_path / "driver.err"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+    def first_record() -> bool:
+        if proc.poll() is not None:  # the driver ended before the kill: say why, not "timed out"
+            raise AssertionError(f"the run ended early (exit {proc.returncode}): {err_path.read_text()[-3000:]}")
+        return len(recorded(db)) >= 1
+
+    try:
+        wait_until(first_record, 300, "a trial to be recorded")
+    except AssertionError as exc:  # what the run and its processes were doing, for a failure under load
+        tree = [f"{p.pid} {p.status()} cpu={sum(p.cpu_times()[:2]):.1f}s {' '.join(p.cmdline())[:120]}" for p in
+                [psutil.Process(proc.pid), *descendants(proc.pid)] if p.is_running()]  # fmt: skip
+        proc.kill()
+        raise AssertionError(f"{exc}; stderr: {err_path.read_text()[-3000:]!r}; processes: {tree}") from None
     workers = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: its trial processes must notice and exit by themselves
     proc.wait()
