@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("claimset", help="claim set name (see 'suite list') or path to a claim-set TOML")
     p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget)")
     p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7 (default: the set's; fewer seeds stay inconclusive)")
+    p.add_argument("--row", action="append", help="only this row (its label or env id; repeatable): run and judge it alone")
     p.add_argument("-o", "--output", help="output folder (default: reports/claims/<set>/)")
     p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
@@ -310,10 +312,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     options = _exec_options(args, on_finish=None)
     options.check()
-    claims = load_claim_set(args.claimset)
+    claims = load_claim_set(args.claimset).select_rows(args.row or ())
     seeds = parse_seeds(args.seeds) if args.seeds else None
     out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
+    if args.row and not args.output:  # a part of the table never overwrites the whole one
+        out = out / ("rows-" + "-".join(re.sub(r"[^a-z0-9]+", "-", r.lower()).strip("-") for r in claims.rows))
     words = ["suite", "reproduce", args.claimset]
+    for row in args.row or ():
+        words += ["--row", row]
     for flag, value in (("--tier", args.tier), ("--seeds", args.seeds), ("--db", args.db), ("-o", args.output)):
         if value is not None:
             words += [flag, str(value)]

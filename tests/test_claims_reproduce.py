@@ -156,6 +156,27 @@ def test_seed004_pong_cell_is_impossible_before_anything_runs(tmp_path: Path) ->
     assert {v for k, v in verdicts.items() if k[0] != "Atari Pong" or k[1] in ("PPO", "gain")} == {"inconclusive"}
 
 
+def test_a_row_selection_judges_that_row_alone_and_never_overwrites_the_whole_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "db.sqlite"
+    ResultsStore(db).close()
+    monkeypatch.chdir(tmp_path)
+    rows = ["--row", "hopper-v5", "--row", "MuJoCo Hopper"]
+    assert main(["reproduce", "seed004-table", *rows, "--db", str(db), "--no-run"]) == 0
+    out = tmp_path / "reports" / "claims" / "seed004-table" / "rows-mujoco-hopper"  # beside the whole table's files
+    assert not (out.parent / "verdicts.json").exists()
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    columns = ("PPO", "GRPO", "canonical GRPO", "gain")
+    assert [(c["row"], c["column"]) for c in verdicts["cells"]] == [("MuJoCo Hopper", col) for col in columns]
+    assert "--row hopper-v5 --row 'MuJoCo Hopper'" in verdicts["command"]
+    assert "Rows run and judged: MuJoCo Hopper (1 of the set's 4, selected with --row)." in (out / "report.md").read_text()
+    # the trials are the whole set's own (same keys), so a later run of the whole set reuses them
+    full = load_claim_set("seed004-table").expand("standard").trials
+    part = load_claim_set("seed004-table").select_rows(["Hopper-v5"]).expand("standard").trials
+    assert set(part) < set(full) and len(part) == 15
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -163,6 +184,7 @@ def test_seed004_pong_cell_is_impossible_before_anything_runs(tmp_path: Path) ->
         (["reproduce", "seed004-table", "--tier", "huge"], "suite: error: unknown tier 'huge'"),
         (["reproduce", "seed004-table", "--seeds", "4-1"], "suite: error: bad seed range"),
         (["reproduce", "seed004-table", "--no-run"], "suite: error: no results database at"),
+        (["reproduce", "seed004-table", "--row", "Walker"], "suite: error: claim set 'seed004-table' has no row 'Walker'"),
     ],
 )
 def test_a_users_mistake_is_one_line_and_exit_2(

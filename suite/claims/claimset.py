@@ -72,7 +72,7 @@ never above the claim's budget. A cell run below its claim's budget is ``inconcl
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -253,6 +253,30 @@ class ClaimSet:
     def columns(self) -> list[str]:
         """Column labels in order of first appearance."""
         return list(dict.fromkeys(c.column for c in self.cells))
+
+    def select_rows(self, selectors: Sequence[str]) -> ClaimSet:
+        """The same set with only the rows named by ``selectors`` (a row label or an env id, case-insensitive):
+        one row of a long table run and judged alone. Trial keys do not depend on the set, so the records are
+        the full set's own, and a later run of the whole set reuses them.
+
+        Raises:
+            UserError: a selector that names no row (the rows are listed).
+        """
+        if not selectors:
+            return self
+        keep: set[str] = set()
+        for sel in selectors:
+            hits = {c.row for c in self.cells if sel.strip().lower() in (c.row.lower(), c.env_id.lower())}
+            if not hits:
+                rows = "; ".join(f"{r} ({self._row_env(r)})" for r in self.rows)
+                raise UserError(f"claim set {self.name!r} has no row {sel!r}; its rows (label and env): {rows}")
+            keep |= hits
+        chosen = [r for r in self.rows if r in keep]
+        note = f"Rows run and judged: {', '.join(chosen)} ({len(chosen)} of the set's {len(self.rows)}, selected with --row)."
+        return replace(self, cells=tuple(c for c in self.cells if c.row in keep), notes=(*self.notes, note))
+
+    def _row_env(self, row: str) -> str:
+        return next(c.env_id for c in self.cells if c.row == row)
 
     def run_budget(self, cell: Cell, arm: Arm, tier: str) -> int:
         """Env steps ``arm`` runs for ``cell`` at ``tier``: the claim's budget at ``paper``, else the tier's budget
