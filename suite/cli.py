@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="FILE.csv or FILE.parquet")
     _add_db(p)
 
+    p = sub.add_parser("merge", help="copy the trials of other results databases into this one (missing keys only)")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="results database(s) to copy from")
+    p.add_argument("--study", action="append", help="only this study's trials (repeatable)")
+    _add_db(p)
+
     p = sub.add_parser("report", help="tables, plots and LaTeX for a study (default: the database's only study, or 'default')")
     p.add_argument("study", nargs="?", help="study name as recorded in the database (default: its only study, or default)")
     p.add_argument("-o", "--output", help="output folder (default: reports/<study>/)")
@@ -517,6 +522,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    from suite.store import ResultsStore, default_db_path
+
+    path = default_db_path(args.db)
+    for source in args.sources:  # every source checked before this database is opened (or created)
+        ResultsStore(source, create=False).close()
+    with ResultsStore(path) as store:
+        for source in args.sources:
+            r = store.merge_from(source, studies=args.study or ())
+            line = f"{r.source}: {r.added} trials added, {r.identical} already here with the same outcome"
+            if r.differing:
+                keys = ", ".join(k[:12] for k in r.differing[:5]) + (" ..." if len(r.differing) > 5 else "")
+                line += f", {len(r.differing)} already here with another outcome (this database's kept: {keys})"
+            print(line)
+    print(f"merged into {path}")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -635,6 +658,7 @@ COMMANDS = {
     "run": cmd_run,
     "status": cmd_status,
     "export": cmd_export,
+    "merge": cmd_merge,
     "report": cmd_report,
     "reproduce": cmd_reproduce,
     "evaluate": cmd_evaluate,

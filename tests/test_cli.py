@@ -41,6 +41,7 @@ SUITE = [sys.executable, "-m", "suite.cli"]
         ),
         (["frobnicate"], "invalid choice"),
         (["export", "--table", "trials"], "required"),
+        (["merge", "absent-source.db"], "no results database at absent-source.db"),
     ],
 )
 def test_user_mistakes_are_one_line_and_exit_2(argv, message, capsys, tmp_path):

@@ -607,3 +607,49 @@ def test_a_file_without_coordination_tables_gains_them(tmp_path: Path) -> None:
         assert store.claim(make_record(1)["key"], run).state == "claimed"
         store.save_trial(make_record(1))
         assert len(store.finished_keys()) == 2
+
+
+def test_merge_copies_whole_trials_keeps_existing_ones_and_lists_differences(tmp_path: Path) -> None:
+    here, there = tmp_path / "here.db", tmp_path / "there.db"
+    with ResultsStore(there) as src:
+        for i in range(4):
+            src.save_trial(make_record(i, study="claims/a" if i < 3 else "other"))
+        src.add_to_study("claims/a", [f"{i:064x}" for i in range(3)], tier="standard")
+        wanted = {k: src.get_trial(k) for k in src.finished_keys()}
+    with ResultsStore(here) as dst:
+        dst.save_trial(make_record(0, study="claims/a"))  # the same outcome
+        dst.save_trial(make_record(1, study="claims/a", final_eval_mean=-1.0))  # another outcome for the same key
+        result = dst.merge_from(there, studies=["claims/a"])
+        assert (result.added, result.identical, result.differing) == (1, 1, [f"{1:064x}"])
+        assert dst.finished_keys() == {f"{i:064x}" for i in range(3)}  # "other" left out
+        assert_records_equal(dst.get_trial(f"{2:064x}"), wanted[f"{2:064x}"])  # row, curve, evals, updates whole
+        assert dst.get_trial(f"{1:064x}")["final_eval_mean"] == -1.0  # never overwritten
+        assert dst.study_tiers("claims/a") == {f"{i:064x}": "standard" for i in range(3)}
+        again = dst.merge_from(there)  # everything: only the missing trial comes in, nothing twice
+        assert (again.added, again.identical, len(again.differing)) == (1, 2, 1)
+        assert len(dst.trials()) == 4 and len(dst.evals()) == sum(len(dst.evals([k])) for k in dst.finished_keys())
+    with ResultsStore(here) as dst:
+        with pytest.raises(UserError, match="has no study 'nope'"):
+            dst.merge_from(there, studies=["nope"])
+        with pytest.raises(UserError, match="into itself"):
+            dst.merge_from(here)
+        with pytest.raises(UserError, match="no results database"):
+            dst.merge_from(tmp_path / "absent.db")
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_suite_merge_command_combines_databases(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from suite.cli import main
+
+    parts = [tmp_path / "a.db", tmp_path / "b.db"]
+    for n, part in enumerate(parts):
+        with ResultsStore(part) as store:
+            for i in range(3 * n, 3 * n + 4):  # trial 3 is in both
+                store.save_trial(make_record(i))
+    merged = tmp_path / "merged.db"
+    assert main(["merge", *map(str, parts), "--db", str(merged)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{parts[0]}: 4 trials added, 0 already here with the same outcome",
+                   f"{parts[1]}: 3 trials added, 1 already here with the same outcome", f"merged into {merged}"]  # fmt: skip
+    with ResultsStore(merged) as store:
+        assert store.finished_keys() == {f"{i:064x}" for i in range(7)}
