@@ -829,12 +829,21 @@ class ResultsStore:
             raise UserError(f"cannot write {out}: {exc}") from exc
         return len(frame)
 
-    def merge_from(self, source: str | os.PathLike[str], studies: Sequence[str] = ()) -> MergeResult:
+    def compact(self) -> None:
+        """Make the file small (for a file that is shipped, e.g. a claim table's records): no free pages inside,
+        the WAL folded in. Only for a database no other process is using."""
+        self._conn.execute("VACUUM")
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def merge_from(
+        self, source: str | os.PathLike[str], studies: Sequence[str] = (), keys: Iterable[str] | None = None
+    ) -> MergeResult:
         """Copy the trials of another results database into this one: the records of several machines (array
         jobs, sessions, claim rows run apart) become one database that reports and ``suite reproduce --no-run``
         read as if one run had made them.
 
-        Every trial of ``source`` (of ``studies`` only, when given) that this database lacks is copied whole: its
+        Every trial of ``source`` (of ``studies`` only, and of ``keys`` only, when given) that this database lacks is
+        copied whole: its
         row, curve, evaluations and update metrics, and its study memberships. A key already here is never
         overwritten: both records are kept apart and compared on what the key determines (status, steps trained,
         final evaluation; trials are pure functions of their key), and those that differ are listed. One
@@ -864,6 +873,11 @@ class ResultsStore:
             chosen = f"SELECT key FROM src.trials{where}"
             with self._transaction():
                 conn.execute(f"CREATE TEMP TABLE merge_keys AS {chosen}", params)
+                if keys is not None:
+                    conn.execute("CREATE TEMP TABLE merge_only (key TEXT PRIMARY KEY)")
+                    conn.executemany("INSERT OR IGNORE INTO temp.merge_only VALUES (?)", [(k,) for k in keys])
+                    conn.execute("DELETE FROM temp.merge_keys WHERE key NOT IN (SELECT key FROM temp.merge_only)")
+                    conn.execute("DROP TABLE temp.merge_only")
                 conn.execute("CREATE TEMP TABLE merge_new AS SELECT key FROM temp.merge_keys WHERE key NOT IN "
                              "(SELECT key FROM main.trials)")  # fmt: skip
                 compare = ("status", "steps", "final_eval_mean")

@@ -114,6 +114,22 @@ def test_a_second_run_runs_nothing_and_writes_identical_verdicts(
     assert "4 cells:" in captured.out and "STAND-IN: a test stand-in" in captured.out
 
 
+def test_the_folder_carries_its_records_and_re_judges_without_the_original_database(
+    reproduced: dict[str, Path], tmp_path: Path
+) -> None:
+    records = reproduced["out"] / "records.db"
+    with ResultsStore(records, create=False) as store, ResultsStore(reproduced["db"], create=False) as original:
+        assert store.finished_keys() == original.finished_keys() and len(store.trials()) == 6
+        assert store.curves().equals(original.curves()) and store.updates().equals(original.updates())
+    again = tmp_path / "again"
+    argv = ["reproduce", str(reproduced["toml"]), "--db", str(records), "-o", str(again), "--no-run", "--quiet"]
+    assert main(argv) == 0
+    assert (again / "verdicts.csv").read_bytes() == (reproduced["out"] / "verdicts.csv").read_bytes()
+    assert (again / "records.db").exists()  # a copy of what was read
+    assert main([*argv[:4], "-o", str(reproduced["out"]), "--no-run", "--quiet"]) == 0  # reading it in place
+    assert sorted(p.name for p in reproduced["out"].iterdir()) == sorted([*OUTPUTS, "records.db"])
+
+
 def test_a_version_bump_leaves_exactly_that_algorithms_cells_to_run(
     reproduced: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

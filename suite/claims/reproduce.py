@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ from suite.report.display import format_number
 from suite.store import ResultsStore
 from suite.study import TIERS
 from suite.trial import ResolvedTrial
+
+RECORDS_FILE = "records.db"
+"""Written beside the tables: the records the verdicts were judged from (a results database of the set's trials)."""
 
 DEFAULT_REPS = 2_000
 """Bootstrap replications per cell (the reports' default; rliable's is 50,000)."""
@@ -231,6 +235,23 @@ def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEF
     return out
 
 
+def write_records(db_path: Path, out: Path, keys: Iterable[str]) -> int:
+    """Copy the recorded trials among ``keys`` from ``db_path`` into a fresh results database at ``out`` (replaced
+    whole, atomically): with the tables it makes the folder self-contained, so ``suite reproduce SET --no-run --db
+    out`` re-judges without the original database, and ``suite merge out`` brings the trials back into one.
+    Nothing is written when ``out`` is the database read. Returns the number of trials written."""
+    if out.exists() and out.resolve() == db_path.resolve():
+        return 0
+    tmp = out.with_name(f".{out.name}.tmp")
+    for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+        leftover.unlink(missing_ok=True)
+    with ResultsStore(tmp) as store:
+        added = store.merge_from(db_path, keys=keys).added
+        store.compact()
+    os.replace(tmp, out)
+    return added
+
+
 def reproduce(
     claims: ClaimSet,
     *,
@@ -267,5 +288,6 @@ def reproduce(
         results = evaluate_cells(expansion, store, reps=reps)
     command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)}"
     write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command, reps=reps)
+    write_records(db_path, out_dir / RECORDS_FILE, expansion.trials)
     echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir))
     return results, summary
