@@ -279,8 +279,11 @@ class ResultsStore:
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         except sqlite3.DatabaseError as exc:  # "file is not a database" for non-SQLite bytes
             raise UserError(f"{self.path} is not a rl-suite results database ({exc})") from exc
-        if app_id == 0 and not self._table_names(conn):
-            self._create_schema(conn)
+        if app_id == 0:
+            if not self._table_names(conn):
+                self._create_schema(conn)
+            # Read again in any case: another process may have created the schema (tables and header in one
+            # transaction) between the first read and the look at the tables, which then sees its tables.
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         if app_id != APPLICATION_ID:
             tables = sorted(self._table_names(conn))

@@ -653,3 +653,24 @@ def test_suite_merge_command_combines_databases(tmp_path: Path, capsys: pytest.C
                    f"{parts[1]}: 3 trials added, 1 already here with the same outcome", f"merged into {merged}"]  # fmt: skip
     with ResultsStore(merged) as store:
         assert store.finished_keys() == {f"{i:064x}" for i in range(7)}
+
+
+def test_opening_while_another_process_creates_the_file_sees_a_results_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a fresh-clone run hit: a reader read the header (empty file: application_id 0), the driver then
+    created the schema, and the reader's look at the tables found them and called the file foreign."""
+    db = tmp_path / "race.db"
+    real = ResultsStore._table_names
+    raced: list[bool] = []
+
+    def table_names(conn: sqlite3.Connection) -> set[str]:
+        if not raced:
+            raced.append(True)
+            ResultsStore(db).close()  # another process creates the schema between the two reads
+        return real(conn)
+
+    monkeypatch.setattr(ResultsStore, "_table_names", staticmethod(table_names))
+    with ResultsStore(db) as store:
+        assert store.finished_keys() == set()
+    assert raced
