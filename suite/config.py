@@ -186,6 +186,23 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
     return out
 
 
+IDENTITY_UNLESS_DEFAULT = {"identity": "unless-default"}
+"""``dataclasses.field(metadata=...)`` of a config field added after records exist whose default reproduces the
+earlier behaviour exactly: left out of the trial's identity (its key) at that default, so adding the option does
+not orphan the records made before it; any other value is part of the key as usual. (Changing such a default
+changes results, and so needs an algorithm version bump like any other change.)"""
+
+
+def config_identity(cfg: Any) -> dict[str, Any]:
+    """:func:`config_to_dict` without the :data:`IDENTITY_UNLESS_DEFAULT` fields that are at their default: what a
+    trial key hashes."""
+    out = config_to_dict(cfg)
+    for f in dataclasses.fields(cfg):
+        if f.metadata.get("identity") == "unless-default" and getattr(cfg, f.name) == f.default:
+            del out[f.name]
+    return out
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Schedule):
         return value.to_json()

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from suite import __version__
-from suite.config import config_to_dict, stable_hash
+from suite.config import config_identity, config_to_dict, stable_hash
 from suite.envs import env_label, finished_episodes, get_env_spec, make_vec_env, resolve_env_kwargs
 from suite.errors import UserError
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
@@ -133,7 +133,7 @@ class TrialSpec:
         if check_env is not None:  # env-dependent config checks (e.g. a storage dtype only images allow)
             check_env(get_env_spec(self.env_id))
         config_dict = config_to_dict(config)
-        config_hash = stable_hash(config_dict)
+        config_hash = stable_hash(config_identity(config))
         eval_freq = self.eval_freq or max(self.total_timesteps // 10, 1)
         identity = {
             "algo": algo.id,

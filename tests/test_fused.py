@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import gymnasium as gym
@@ -161,3 +162,87 @@ def test_fast_mean_and_std_are_numpys_bitwise():
             assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
         b = a > 0
         assert type(fast_mean(b)) is type(b.mean()) and fast_mean(b) == b.mean()
+
+
+# -- ppo-rlvr-prm: the JS term and the input-gradient penalty by hand ----------------------------------------
+@pytest.mark.parametrize("B", [32, 256])  # below and above SMALL_BATCH (torch.tanh vs the sigmoid form)
+@pytest.mark.parametrize(
+    ("spaces", "overrides"),
+    [
+        (CARTPOLE, {}),
+        (CARTPOLE, {"activation": "relu"}),
+        (CARTPOLE, {"pi_arch": (32, 16), "vf_arch": (64, 64)}),  # separate kernels, three hidden widths
+        (HOPPER, {}),
+        (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),  # one hidden layer
+    ],
+)
+def test_jacobian_penalty_equals_autograds_double_backward(spaces, overrides, B):
+    from suite.algorithms.fused import jacobian_penalty
+    from suite.algorithms.ppo_rlvr_prm import input_gradient_penalty
+
+    cfg, policy = _policy(spaces, **overrides)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    mb = _minibatch(policy, B, 1)
+    obs = mb.obs.clone().requires_grad_(True)
+    flat.zero_grad()
+    per_sample_a = input_gradient_penalty(policy.policy_params(obs), obs)
+    (0.7 * per_sample_a.sum()).backward()
+    g_a = flat.grad.clone()
+    flat.zero_grad()
+    kernel.evaluate(mb.obs, mb.actions)
+    per_sample_f, add = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 0.7)
+    add()
+    np.testing.assert_allclose(per_sample_f, per_sample_a.detach().numpy(), rtol=1e-4, atol=1e-7)
+    assert g_a.abs().max() > 0
+    torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("spaces", "overrides"),
+    [
+        (CARTPOLE, {}),  # the document's settings: 5 value heads, ent 0.01, js 0.5, smooth 1e-3 (raised below)
+        (CARTPOLE, {"activation": "relu", "clip_range_vf": 0.2}),
+        (HOPPER, {"js_samples": 2}),  # Gaussian: Monte Carlo JS with the same draws, and the log std's gradient
+    ],
+)
+def test_fused_rlvr_prm_loss_and_gradient_equal_autograd(spaces, overrides):
+    from suite.algorithms.ppo_rlvr_prm import RlvrPrmConfig, RlvrPrmTrainer
+
+    cfg = RlvrPrmConfig(hand_derived=True, smooth_coef=0.05, **overrides)
+    torch.manual_seed(0)
+    policy = ActorCritic(*spaces, net_config(cfg, n_value_heads=cfg.n_value_heads))
+    with torch.no_grad():
+        policy.pi[-1].weight.mul_(30.0)  # the output layer starts at gain 0.01: a trained policy's Jacobian is larger
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    mb = _minibatch(policy, 256, cfg.n_value_heads)
+    with torch.no_grad():
+        mb.extra = {"old_params": policy.policy_params(mb.obs) + 0.3 * torch.randn(256, policy.head.n_params)}
+    mb.returns = torch.randn(256)
+    trainer = types.SimpleNamespace(cfg=cfg, policy=policy, kernel=kernel, clip=0.2,
+                                    old_log_std=policy.log_std.detach() - 0.2)  # fmt: skip
+    results = []
+    base = mb
+    for fused in (False, True):
+        mb = dataclasses.replace(base)  # the autograd loss makes its obs require grad
+        flat.zero_grad()
+        torch.manual_seed(7)  # the Gaussian JS draws
+        if fused:
+            logp, ent, values, trainer.fused_state = kernel.evaluate(mb.obs, mb.actions)
+            fl = RlvrPrmTrainer.fused_loss(trainer, mb, logp, ent, values)
+            kernel.backward(trainer.fused_state, fl.dlogp, fl.dentropy, fl.dvalues,
+                            extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra)  # fmt: skip
+            fl.add_grads()
+            loss, metrics = fl.loss, fl.metrics
+        else:
+            loss_t, metrics_t = RlvrPrmTrainer.loss(trainer, mb)
+            loss_t.backward()
+            loss, metrics = float(loss_t.detach()), {k: float(v) for k, v in metrics_t.items()}
+        results.append((loss, metrics, flat.grad.clone()))
+    (loss_a, m_a, g_a), (loss_f, m_f, g_f) = results
+    assert m_a["js"] > 1e-3 and m_a["smooth_penalty"] > 1e-3  # both terms are really there
+    assert loss_f == pytest.approx(loss_a, rel=1e-5, abs=1e-6)
+    for k in m_a:
+        assert m_f[k] == pytest.approx(m_a[k], rel=1e-4, abs=1e-6), k
+    torch.testing.assert_close(g_f, g_a, rtol=1e-4, atol=1e-6)

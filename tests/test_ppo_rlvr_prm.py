@@ -12,6 +12,7 @@ from suite.algorithms.ppo_rlvr_prm import (
     js_gaussian_mc,
     variance_weighted_advantages,
 )
+from suite.config import config_identity
 from suite.errors import UserError
 from suite.registry import get_algorithm
 from suite.trial import TrialSpec, deterministic_view, run_trial
@@ -108,3 +109,18 @@ def test_learns_cartpole():
     rec = run_trial(TrialSpec("ppo-rlvr-prm", "CartPole-v1", seed=0, total_timesteps=25_000).resolve())
     assert rec["status"] == "ok", rec["traceback"]
     assert rec["final_eval_mean"] >= 150.0  # random ~22
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Hopper-v5"])
+def test_hand_derived_update_equals_autograds_and_keeps_old_keys(env):
+    """The hand-derived update (JS term and input-gradient penalty by hand) takes the same first update as autograd,
+    within float rounding; the option is part of a trial's key only when on, so records made before it stay valid."""
+    spec = TrialSpec("ppo-rlvr-prm", env, 0, 256, overrides={"n_steps": 256, "batch_size": 64, "n_epochs": 1, "n_envs": 1})
+    plain = spec.resolve()
+    fused = TrialSpec(spec.algo, env, 0, 256, overrides={**spec.overrides, "hand_derived": True}).resolve()
+    assert plain.key != fused.key and plain.config_dict["hand_derived"] is False
+    assert "hand_derived" not in config_identity(plain.config) and config_identity(fused.config)["hand_derived"]
+    first = [run_trial(r)["updates"][0] for r in (plain, fused)]
+    assert first[1]["n_minibatches"] == first[0]["n_minibatches"] == 4
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "js", "smooth_penalty", "grad_norm"):
+        assert first[1][name] == pytest.approx(first[0][name], rel=2e-3, abs=1e-6), name

@@ -8,7 +8,7 @@ variant overrides only :meth:`ActorCriticTrainer.loss` and, where it has its own
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,6 +146,13 @@ class FusedLoss:
     """``(B,)``, one value for every sample, or None (no entropy term)."""
     dvalues: np.ndarray | None
     """``(B, H)`` d loss / d V, or None (no value term)."""
+    dparams_extra: np.ndarray | None = None
+    """``(B, P)`` d loss / d policy params (logits or means) from terms beyond log pi(a|s) and the entropy."""
+    dlog_std_extra: np.ndarray | None = None
+    """``(A,)`` d loss / d log std from such terms (Gaussian heads)."""
+    add_grads: Callable[[], None] | None = None
+    """Adds the gradient of terms that are not functions of the policy's outputs alone (e.g. an input-gradient
+    penalty) to the parameters' gradients, after the kernel's backward."""
 
 
 class ActorCriticTrainer:
@@ -279,7 +286,12 @@ class ActorCriticTrainer:
                         break  # SB3 (ppo.py): the minibatch that crosses the limit is measured but not stepped on
                     if self.fused:
                         assert self.kernel is not None
-                        self.kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0)
+                        self.kernel.backward(
+                            state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0,
+                            extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra,
+                        )  # fmt: skip
+                        if fl.add_grads is not None:
+                            fl.add_grads()
                     else:
                         self.stepper.backward(loss)
                     if clock is not None:
@@ -310,6 +322,7 @@ class ActorCriticTrainer:
     def _fused_forward(self, mb: Minibatch) -> tuple[FusedLoss, HeadState]:
         assert self.kernel is not None
         logp, entropy, values, state = self.kernel.evaluate(mb.obs, mb.actions)
+        self.fused_state = state  # for losses with terms beyond log pi(a|s) (the head's full output)
         fl = self.fused_loss(mb, logp, entropy, values)
         if not math.isfinite(fl.loss):
             raise Diverged(f"non-finite loss {fl.loss}")

@@ -27,6 +27,7 @@ Shapes: ``B`` samples, ``P`` policy outputs (logits or means), ``H`` value heads
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -331,6 +332,8 @@ class HeadState:
     entropy: np.ndarray | None = None
     z: np.ndarray | None = None
     inv_std: np.ndarray | None = None
+    mu: np.ndarray | None = None
+    """Gaussian means ``(B, A)``."""
 
 
 _ROWS: dict[int, np.ndarray] = {}
@@ -360,6 +363,7 @@ class PolicyKernel:
         self.vf = MLPKernel(policy.vf, act) if self.twin is None and policy.vf is not None else None  # type: ignore[arg-type]
         self.has_critic = policy.vf is not None
         self.gaussian = isinstance(policy.head, GaussianHead)
+        self.tanh = act == "tanh"
         self.log_std = policy.log_std.detach()
         self.log_std_param = policy.log_std
 
@@ -403,7 +407,7 @@ class PolicyKernel:
             z = (actions.numpy() - mu) * inv_std
             logp = (-0.5 * z * z - ls - 0.5 * LOG_2PI).sum(1)
             ent = np.full(B, (0.5 + 0.5 * LOG_2PI + ls).sum(), dtype=np.float32)
-            return logp, ent, values, HeadState(actions.numpy(), z=z, inv_std=inv_std)
+            return logp, ent, values, HeadState(actions.numpy(), z=z, inv_std=inv_std, mu=mu)
         logp_all = torch.log_softmax(params_t, -1).numpy()
         p = np.exp(logp_all)
         ent = -np.einsum("ij,ij->i", p, logp_all)
@@ -418,11 +422,15 @@ class PolicyKernel:
         dent: np.ndarray | float | None,
         dvalues: np.ndarray | None,
         accumulate: bool = False,
+        extra_dparams: np.ndarray | None = None,
+        extra_dls: np.ndarray | None = None,
     ) -> None:
         """Fill the gradients of every parameter from per-sample loss derivatives (see the class docstring).
 
         Categorical: ``d log p_a / dz = onehot(a) - p`` and ``dH / dz = -p (log p + H)``. Gaussian with a
         state-independent log std ``s``: ``d log p / d mu = z / std``, ``d log p / ds = z^2 - 1``, ``dH / ds = 1``.
+        ``extra_dparams (B, P)`` / ``extra_dls (A,)``: derivatives of further terms w.r.t. the policy's outputs and
+        log std, added before the backward pass.
         """
         B = dlogp.shape[0]
         if self.gaussian:
@@ -431,6 +439,8 @@ class PolicyKernel:
             dls = ((state.z * state.z - 1.0) * dlogp[:, None]).sum(0)
             if dent is not None:
                 dls = dls + (dent.sum() if isinstance(dent, np.ndarray) else dent * B)
+            if extra_dls is not None:
+                dls = dls + extra_dls
             g = self.log_std_param.grad
             assert g is not None
             g.add_(torch.from_numpy(dls)) if accumulate else g.copy_(torch.from_numpy(dls))
@@ -442,6 +452,8 @@ class PolicyKernel:
                 d_ent = dent[:, None] if isinstance(dent, np.ndarray) else dent
                 dparams = -state.p * (dlogp[:, None] + d_ent * (state.logp_all + state.entropy[:, None]))
             dparams[_rows(B), state.actions] += dlogp
+        if extra_dparams is not None:
+            dparams = dparams + extra_dparams
         dp = torch.from_numpy(dparams)
         dv = None if dvalues is None else torch.from_numpy(dvalues)
         if self.twin is not None:
@@ -457,6 +469,93 @@ class PolicyKernel:
                     assert weight.grad is not None and bias.grad is not None
                     weight.grad.zero_()
                     bias.grad.zero_()
+
+    def policy_network(self) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]]:
+        """The policy MLP as the last :meth:`evaluate` left it: ``(inputs of each layer (B, in) - the network's input
+        first, then each hidden activation -, [(W data, W grad, b grad or None for the output layer), ...])``."""
+        if self.twin is not None:
+            acts = [a[0] for a in self.twin._acts]
+            layers = [(w[0], gw[0], gb[0]) for w, _, gw, gb in self.twin.hidden]
+            w_out, _, weight, _ = self.twin.out[0]
+            assert weight.grad is not None
+            return acts, [*layers, (w_out, weight.grad, None)]
+        assert self.pi is not None
+        out = []
+        for i, (w, _, weight, bias) in enumerate(self.pi.layers):
+            assert weight.grad is not None and bias.grad is not None
+            out.append((w, weight.grad, bias.grad if i < len(self.pi.layers) - 1 else None))
+        return list(self.pi._inputs), out
+
+
+def jacobian_penalty(
+    acts: list[torch.Tensor], layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]], tanh: bool, coef: float
+) -> tuple[np.ndarray, Callable[[], None]]:
+    """``||d out / d x||_F^2`` per sample of an MLP ``x -> (Linear, act)* -> Linear`` and, by hand, the gradient of
+    ``coef * sum_b ||J_b||_F^2`` w.r.t. its weights and biases (what autograd's double backward gives, up to float
+    rounding; tested).
+
+    Reverse mode, as autograd would (``P`` outputs are fewer than the inputs here): with ``d_l = act'(z_l)``
+    (``1 - h_l^2`` for tanh, ``[z_l > 0]`` for ReLU), ``A'_{L-1} = W_L D_{L-1}``, ``A_l = A'_l W_l`` and
+    ``A'_{l-1} = A_l D_{l-1}``, the Jacobian is ``J = A_1`` (per sample, ``(P, F)``; all samples in one matrix
+    product per layer). Backward from ``dJ = 2 coef J``: ``dW_l = sum_b A'_l^T dA_l``, ``dA'_l = dA_l W_l^T``, then
+    ``dA_{l+1} = dA'_l D_l`` and ``d d_l = sum_p dA'_l * A_{l+1}`` (``W_L`` itself for the top layer), which reaches
+    ``z_l`` through ``d d_l / dz_l = -2 h_l d_l`` (tanh; 0 for ReLU) and from there the weights and biases by
+    ordinary backprop.
+
+    Args:
+        acts, layers: from :meth:`PolicyKernel.policy_network`.
+        coef: the loss's factor on the *sum* over samples.
+
+    Returns:
+        ``(||J_b||_F^2 per sample (B,), add)``: ``add()`` adds the gradient to the layers' gradients.
+    """
+    hidden = acts[1:]
+    weights = [w for w, _, _ in layers]
+    L = len(weights)
+    B = acts[0].shape[0]
+    P = weights[-1].shape[0]
+    d = [(1.0 - h * h) if tanh else (h > 0).to(h.dtype) for h in hidden]  # (B, H_l)
+    # a_primes[l] = A'_l (B, P, H_l) for the hidden layers l = 0..L-2; a_s[l] = A_{l+1} feeding it
+    a_primes: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
+    above = weights[-1].unsqueeze(0)  # A_L = W_L, (1, P, H_{L-1})
+    a_above: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
+    for i in range(L - 2, -1, -1):
+        a_above[i] = above
+        a_primes[i] = above * d[i].unsqueeze(1)  # (B, P, H_i)
+        above = torch.mm(a_primes[i].reshape(B * P, -1), weights[i]).reshape(B, P, -1)
+    jac = above  # (B, P, F)
+    per_sample = jac.square().sum((1, 2))
+
+    def add() -> None:
+        g = (jac * (2.0 * coef)).reshape(B * P, -1)  # dA, rows (b, p)
+        grads_w: list[torch.Tensor] = [torch.empty(0)] * L
+        g_d: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
+        for i in range(L - 1):
+            ap = a_primes[i].reshape(B * P, -1)
+            grads_w[i] = torch.mm(ap.t(), g)  # (H_i, H_{i-1} or F)
+            g_ap = torch.mm(g, weights[i].t()).reshape(B, P, -1)  # dA'_i
+            if tanh:
+                g_d[i] = (g_ap * a_above[i]).sum(1)  # (B, H_i)
+            g_above = g_ap * d[i].unsqueeze(1)
+            if i == L - 2:
+                grads_w[L - 1] = g_above.sum(0)  # A_L = W_L for every sample
+            else:
+                g = g_above.reshape(B * P, -1)
+        if tanh:  # the activations' derivatives depend on z: backprop the extra dz through the forward graph
+            g_h = None
+            for i in range(L - 2, -1, -1):
+                extra = g_d[i] * (-2.0 * hidden[i] * d[i])
+                g_z = extra if g_h is None else g_h * d[i] + extra
+                grads_w[i] += torch.mm(g_z.t(), acts[i])
+                bias_grad = layers[i][2]
+                assert bias_grad is not None
+                bias_grad.add_(g_z.sum(0))
+                if i:
+                    g_h = torch.mm(g_z, weights[i])
+        for (_, gw, _), dw in zip(layers, grads_w, strict=True):
+            gw.add_(dw)
+
+    return per_sample.numpy(), add
 
 
 def kernel_for(policy: ActorCritic, flat: FlatParameters | None = None) -> PolicyKernel | None:

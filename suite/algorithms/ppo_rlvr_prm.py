@@ -28,6 +28,10 @@ This algorithm is neither: it is PPO with
     (normalised) observation input (input-gradient smoothness, arXiv 2410.11825); skipped (0) for image
     observations, where a double backward through the CNN would cost more than the rest of the update;
 
+The update runs through autograd (a double backward for the penalty) unless ``hand_derived = true``, which
+takes the JS term's and the penalty's derivatives by hand in the shared core (equal up to float rounding; 1.5-1.75x
+faster trials on CartPole and LunarLander, ``benchmarks/bench_rlvr_hand_derived.py``);
+
 (c) the document's settings as defaults: learning rate 5e-4 -> 2e-5 with cosine decay, GAE lambda 0.9
     (its advice: 0.85-0.92, "because RLVR already reduces variance").
 
@@ -38,17 +42,25 @@ budgets or protocol, and Pong above 21 is impossible; the suite measures instead
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.algorithms.actor_critic import ActorCriticConfig, ActorCriticTrainer, actor_critic_policy, ppo_policy_value_loss
+from suite.algorithms.actor_critic import (
+    ActorCriticConfig,
+    ActorCriticTrainer,
+    FusedLoss,
+    actor_critic_policy,
+    ppo_fused_loss,
+    ppo_policy_value_loss,
+)
 from suite.algorithms.core import Minibatch, Rollout, compute_gae
+from suite.algorithms.fused import jacobian_penalty
 from suite.algorithms.networks import ActorCritic, CategoricalHead, GaussianHead
-from suite.config import Schedule
+from suite.config import IDENTITY_UNLESS_DEFAULT, Schedule
 from suite.registry import register
 
 LOG_2 = math.log(2.0)
@@ -77,6 +89,11 @@ class RlvrPrmConfig(ActorCriticConfig):
     """0: exact Jacobian norm (one backward per policy output); k > 0: Hutchinson estimate with k probes."""
     js_samples: int = 1
     """Monte Carlo samples per state for the Gaussian JS estimate."""
+    hand_derived: bool = field(default=False, metadata=IDENTITY_UNLESS_DEFAULT)
+    """True: the update's derivatives by hand in the shared core (PPO's loss, the JS term, and the exact input-gradient
+    penalty's second derivatives: :func:`suite.algorithms.fused.jacobian_penalty`), equal to the autograd path up to
+    float rounding (tested); False: autograd with a double backward. Needs an MLP policy (vector observations)
+    and ``smooth_probes = 0``; otherwise autograd is used."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -196,6 +213,38 @@ class RlvrPrmTrainer(ActorCriticTrainer):
             out[sl] = self.policy.policy_params(obs)
         return {"old_params": out}
 
+    def supports_fused_loss(self) -> bool:
+        return self.cfg.hand_derived and self.cfg.smooth_probes == 0
+
+    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
+        """:meth:`loss` with its derivatives by hand: PPO's part from :func:`ppo_fused_loss`, the JS term's derivative
+        w.r.t. the policy's outputs (and log std), the smoothness penalty's gradient from :func:`jacobian_penalty`."""
+        cfg, kernel = self.cfg, self.kernel
+        assert kernel is not None
+        fl = ppo_fused_loss(cfg, mb, logp, entropy, values, self.clip)
+        B, w = logp.shape[0], mb.weight
+        old = mb.extra["old_params"].numpy()
+        state = self.fused_state
+        if kernel.gaussian:
+            assert state.mu is not None
+            js, dmu, dls = js_gaussian_mc_grad(
+                state.mu, self.policy.log_std.detach().numpy(), old, self.old_log_std.numpy(), cfg.js_samples
+            )
+            fl.dlog_std_extra = dls * np.float32(cfg.js_coef * w / B)
+        else:
+            assert state.p is not None and state.logp_all is not None
+            js, dmu = js_categorical_grad(state.p, state.logp_all, old)
+        fl.dparams_extra = dmu * np.float32(cfg.js_coef * w / B)
+        js_mean = float(js.mean())
+        smooth = 0.0
+        if cfg.smooth_coef > 0:
+            acts, layers = kernel.policy_network()
+            per_sample, fl.add_grads = jacobian_penalty(acts, layers, kernel.tanh, cfg.smooth_coef * w / B)
+            smooth = float(per_sample.mean())
+        fl.loss += (cfg.js_coef * js_mean + cfg.smooth_coef * smooth) * w
+        fl.metrics.update(js=js_mean, smooth_penalty=smooth)
+        return fl
+
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg, policy = self.cfg, self.policy
         smooth_on = cfg.smooth_coef > 0 and not policy.image
@@ -207,6 +256,54 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         loss = loss + (cfg.js_coef * js + cfg.smooth_coef * smooth) * mb.weight
         metrics.update(js=js.detach(), smooth_penalty=smooth.detach())
         return loss, metrics
+
+
+def js_categorical_grad(p: np.ndarray, logp: np.ndarray, old_logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`js_categorical` per sample ``(B,)`` and its derivative w.r.t. the current logits ``(B, n)``: with
+    ``m = (p + q) / 2``, ``dJS/dp_i = (log p_i - log m_i) / 2``, through the softmax ``p (g - sum p g)``."""
+    logq = old_logits - np.logaddexp.reduce(old_logits, axis=-1, keepdims=True)
+    log_m = np.logaddexp(logp, logq) - np.float32(LOG_2)
+    q = np.exp(logq)
+    js = 0.5 * (p * (logp - log_m)).sum(-1) + 0.5 * (q * (logq - log_m)).sum(-1)
+    g = 0.5 * (logp - log_m)
+    return js, p * (g - (p * g).sum(-1, keepdims=True))
+
+
+def js_gaussian_mc_grad(
+    mean: np.ndarray, log_std: np.ndarray, old_mean: np.ndarray, old_log_std: np.ndarray, n_samples: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`js_gaussian_mc` (the same random draws, in the same order) and its derivatives by hand: per sample
+    ``(B,)``, w.r.t. the means ``(B, A)`` and w.r.t. the log std ``(A,)`` summed over samples.
+
+    For ``x_p = mu + eps std`` the term ``(log p - log m)(x_p) / 2`` has derivative ``w_q (d log p - d log q) / 2``
+    with ``w_q = q / (p + q)`` at ``x_p``, where ``d log p = (0, -1)`` (mean, log std; ``eps`` fixed) and
+    ``d log q = -(x_p - mu_q) / std_q^2 (1, eps std)``; the term at ``x_q`` (no gradient through ``x_q``) gives
+    ``-w_p (d log p) / 2`` with ``d log p = ((x - mu) / std^2, ((x - mu) / std)^2 - 1)``.
+    """
+    std, old_std = np.exp(log_std), np.exp(old_log_std)
+
+    def logpdf(x: np.ndarray, mu: np.ndarray, ls: np.ndarray, inv: np.ndarray) -> np.ndarray:
+        return (-0.5 * ((x - mu) * inv) ** 2 - ls - np.float32(0.5 * math.log(2 * math.pi))).sum(-1)
+
+    inv, old_inv = np.exp(-log_std), np.exp(-old_log_std)
+    total = np.zeros(mean.shape[0], dtype=np.float32)
+    dmu = np.zeros_like(mean)
+    dls = np.zeros_like(log_std)
+    for _ in range(n_samples):
+        eps_p = torch.randn(mean.shape).numpy()
+        eps_q = torch.randn(old_mean.shape).numpy()
+        xp, xq = mean + eps_p * std, old_mean + eps_q * old_std
+        lp_p, lq_p = logpdf(xp, mean, log_std, inv), logpdf(xp, old_mean, old_log_std, old_inv)
+        lp_q, lq_q = logpdf(xq, mean, log_std, inv), logpdf(xq, old_mean, old_log_std, old_inv)
+        lm_p, lm_q = np.logaddexp(lp_p, lq_p), np.logaddexp(lp_q, lq_q)
+        total += 0.5 * (lp_p - (lm_p - np.float32(LOG_2))) + 0.5 * (lq_q - (lm_q - np.float32(LOG_2)))
+        wq = np.exp(lq_p - lm_p)[:, None]  # q / (p + q) at x_p
+        wp = np.exp(lp_q - lm_q)[:, None]  # p / (p + q) at x_q
+        rq = (xp - old_mean) * old_inv * old_inv
+        rp = (xq - mean) * inv * inv
+        dmu += 0.5 * wq * rq - 0.5 * wp * rp
+        dls += (0.5 * wq * (rq * eps_p * std - 1.0) - 0.5 * wp * ((xq - mean) * inv) ** 2 + 0.5 * wp).sum(0)
+    return total / n_samples, dmu / n_samples, dls / n_samples
 
 
 def prm_js(
