@@ -332,5 +332,6 @@ def terminal_summary(claims: ClaimSet, results: list[CellResult], *, tier: str, 
             lines.append(f"  {'':<15}   {_why(r)}")
     lines.append(f"{len(results)} cells: {_counts(results)}.")
     lines += textwrap.wrap(RULE, width=width)
-    lines.append(f"tables written to {out_dir}/ (index.html, report.md, table.tex, cells.tex, verdicts.csv, verdicts.json)")
+    files = "index.html, report.md, table.tex, cells.tex, verdicts.csv, verdicts.json; the records: records.db"
+    lines.append(f"tables written to {out_dir}/ ({files})")
     return "\n".join(lines)
