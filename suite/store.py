@@ -846,8 +846,7 @@ class ResultsStore:
         read as if one run had made them.
 
         Every trial of ``source`` (of ``studies`` only, and of ``keys`` only, when given) that this database lacks is
-        copied whole: its
-        row, curve, evaluations and update metrics, and its study memberships. A key already here is never
+        copied whole: its row, curve, evaluations and update metrics, and its study memberships. A key already here is never
         overwritten: both records are kept apart and compared on what the key determines (status, steps trained,
         final evaluation; trials are pure functions of their key), and those that differ are listed. One
         transaction: an interrupted merge adds nothing.
@@ -867,12 +866,9 @@ class ResultsStore:
         cols = ", ".join(f'"{c}"' for c in _TRIAL_COLUMNS)
         conn.execute("ATTACH DATABASE ? AS src", (str(src_path.resolve()),))  # validated above; only read
         try:
-            where, params = "", list(studies)
-            if studies:
-                marks = ", ".join("?" * len(studies))
-                where = (f" WHERE key IN (SELECT key FROM src.study_trials WHERE study IN ({marks}))"
-                         f" OR study IN ({marks})")  # fmt: skip
-                params = [*studies, *studies]
+            in_studies = f"study IN ({', '.join('?' * len(studies))})" if studies else "1"
+            where = f" WHERE key IN (SELECT key FROM src.study_trials WHERE {in_studies}) OR {in_studies}" if studies else ""
+            params = [*studies, *studies]
             chosen = f"SELECT key FROM src.trials{where}"
             with self._transaction():
                 conn.execute(f"CREATE TEMP TABLE merge_keys AS {chosen}", params)
@@ -893,10 +889,9 @@ class ResultsStore:
                 added = conn.execute(f"INSERT INTO main.trials ({cols}) SELECT {cols} FROM src.trials WHERE {new}").rowcount
                 for table in ("curves", "evals", "updates"):
                     conn.execute(f"INSERT INTO main.{table} SELECT * FROM src.{table} WHERE {new}")
-                sel = " OR ".join(["study IN ({})".format(", ".join("?" * len(studies)))] if studies else ["1"])
                 conn.execute(
                     "INSERT OR IGNORE INTO main.study_trials (study, key, tier) SELECT study, key, tier"
-                    f" FROM src.study_trials WHERE ({sel}) AND key IN (SELECT key FROM temp.merge_keys)"
+                    f" FROM src.study_trials WHERE ({in_studies}) AND key IN (SELECT key FROM temp.merge_keys)"
                     " AND key IN (SELECT key FROM main.trials)",
                     list(studies),
                 )
