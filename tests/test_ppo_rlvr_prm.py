@@ -112,14 +112,14 @@ def test_learns_cartpole():
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Hopper-v5"])
-def test_hand_derived_update_equals_autograds_and_keeps_old_keys(env):
-    """The hand-derived update (JS term and input-gradient penalty by hand) takes the same first update as autograd,
-    within float rounding; the option is part of a trial's key only when on, so records made before it stay valid."""
+def test_hand_derived_update_equals_autograds(env):
+    """The hand-derived update (JS term and input-gradient penalty by hand, the default) takes the same first update
+    as autograd (``hand_derived = false``) within float rounding; the option is part of a trial's key only when off."""
     spec = TrialSpec("ppo-rlvr-prm", env, 0, 256, overrides={"n_steps": 256, "batch_size": 64, "n_epochs": 1, "n_envs": 1})
-    plain = spec.resolve()
-    fused = TrialSpec(spec.algo, env, 0, 256, overrides={**spec.overrides, "hand_derived": True}).resolve()
-    assert plain.key != fused.key and plain.config_dict["hand_derived"] is False
-    assert "hand_derived" not in config_identity(plain.config) and config_identity(fused.config)["hand_derived"]
+    fused = spec.resolve()
+    plain = TrialSpec(spec.algo, env, 0, 256, overrides={**spec.overrides, "hand_derived": False}).resolve()
+    assert plain.key != fused.key and fused.config_dict["hand_derived"] is True
+    assert "hand_derived" not in config_identity(fused.config) and config_identity(plain.config)["hand_derived"] is False
     first = [run_trial(r)["updates"][0] for r in (plain, fused)]
     assert first[1]["n_minibatches"] == first[0]["n_minibatches"] == 4
     for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "js", "smooth_penalty", "grad_norm"):

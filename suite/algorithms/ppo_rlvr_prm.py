@@ -28,9 +28,10 @@ This algorithm is neither: it is PPO with
     (normalised) observation input (input-gradient smoothness, arXiv 2410.11825); skipped (0) for image
     observations, where a double backward through the CNN would cost more than the rest of the update;
 
-The update runs through autograd (a double backward for the penalty) unless ``hand_derived = true``, which
-takes the JS term's and the penalty's derivatives by hand in the shared core (equal up to float rounding; 1.5-1.75x
-faster trials on CartPole and LunarLander, ``benchmarks/bench_rlvr_hand_derived.py``);
+The update takes the JS term's and the penalty's derivatives by hand in the shared core (``hand_derived = true``, the
+default since version 1.3.0; equal to autograd's double backward up to float rounding; 1.5-1.75x faster trials on
+CartPole and LunarLander, ``benchmarks/bench_rlvr_hand_derived.py``); ``hand_derived = false`` is the autograd path
+(versions up to 1.2.0), and image observations always use it (the penalty is off there);
 
 (c) the document's settings as defaults: learning rate 5e-4 -> 2e-5 with cosine decay, GAE lambda 0.9
     (its advice: 0.85-0.92, "because RLVR already reduces variance").
@@ -89,11 +90,12 @@ class RlvrPrmConfig(ActorCriticConfig):
     """0: exact Jacobian norm (one backward per policy output); k > 0: Hutchinson estimate with k probes."""
     js_samples: int = 1
     """Monte Carlo samples per state for the Gaussian JS estimate."""
-    hand_derived: bool = field(default=False, metadata=IDENTITY_UNLESS_DEFAULT)
+    hand_derived: bool = field(default=True, metadata=IDENTITY_UNLESS_DEFAULT)
     """True: the update's derivatives by hand in the shared core (PPO's loss, the JS term, and the exact input-gradient
     penalty's second derivatives: :func:`suite.algorithms.fused.jacobian_penalty`), equal to the autograd path up to
-    float rounding (tested); False: autograd with a double backward. Needs an MLP policy (vector observations)
-    and ``smooth_probes = 0``; otherwise autograd is used."""
+    float rounding (tested); False: autograd with a double backward (the only path up to version 1.2.0). Needs an MLP
+    policy (vector observations) and ``smooth_probes = 0``; otherwise autograd is used. Part of a trial's key only
+    when false."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -324,7 +326,7 @@ def prm_js(
 
 @register(
     "ppo-rlvr-prm",
-    version="1.2.0",
+    version="1.3.0",
     summary="PPO + variance-weighted advantages (value ensemble) + entropy/JS/smoothness regulariser (document 004)",
     reference=(
         "004_f1fcbbd2bdebb4e5.txt ('GRPO = PPO + RLVR + PRM'); PPO: Schulman et al. 2017, arXiv 1707.06347; "
