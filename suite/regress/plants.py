@@ -7,6 +7,9 @@ loss), so it keeps working when the algorithms' internals are rewritten:
 
 ``slow-update``
     every ``update`` phase takes 30% longer (a busy wait, so it costs CPU like slower code would);
+``slow-update-2x``
+    every ``update`` phase takes twice as long: the test's plant, a slowdown that 2 repeats settle on a shared
+    2-core machine (the 30% plant needs the gate's undecided repeats, up to 6: ``benchmarks/regress_targets.py``);
 ``flipped-loss``
     PPO's loss with a flipped sign (the returns collapse);
 ``obs-copy``
@@ -25,10 +28,13 @@ from pathlib import Path
 
 from suite.regress.revisions import working_tree_files
 
-SLOW_UPDATE = (
-    "suite/trial.py",
-    """
-# planted regression: every "update" phase takes 30% longer (busy wait, like slower code)
+
+def _slow_update(extra: float, label: str) -> tuple[str, str]:
+    """A plant that makes every ``update`` phase take ``extra`` (a fraction) longer, by a busy wait after it."""
+    return (
+        "suite/trial.py",
+        f"""
+# planted regression: every "update" phase takes {label} longer (busy wait, like slower code)
 def _planted_slow_update(begin, end):
     def begin_phase(self, name):
         begin(self, name)
@@ -38,7 +44,7 @@ def _planted_slow_update(begin, end):
         started = getattr(self, "_planted_t0", None)
         self._planted_t0 = None
         if started is not None and started[0] == "update":
-            until = time.perf_counter() + 0.3 * (time.perf_counter() - started[1])
+            until = time.perf_counter() + {extra!r} * (time.perf_counter() - started[1])
             while time.perf_counter() < until:
                 pass
         end(self)
@@ -48,7 +54,11 @@ def _planted_slow_update(begin, end):
 
 TrialContext.begin_phase, TrialContext.end_phase = _planted_slow_update(TrialContext.begin_phase, TrialContext.end_phase)
 """,
-)
+    )
+
+
+SLOW_UPDATE = _slow_update(0.3, "30%")
+SLOW_UPDATE_2X = _slow_update(1.0, "twice as long (100%)")
 
 FLIPPED_LOSS = (
     "suite/algorithms/ppo.py",
@@ -113,7 +123,9 @@ TrialContext.make_envs, TrialContext.begin_phase = _make_envs_keeping_copies, _b
 
 SAME = ("README.md", "\nA README-only change.\n")
 
-PLANTS: dict[str, tuple[str, str]] = {"slow-update": SLOW_UPDATE, "flipped-loss": FLIPPED_LOSS, "obs-copy": OBS_COPY}
+PLANTS: dict[str, tuple[str, str]] = {
+    "slow-update": SLOW_UPDATE, "slow-update-2x": SLOW_UPDATE_2X, "flipped-loss": FLIPPED_LOSS, "obs-copy": OBS_COPY,
+}  # fmt: skip
 """Plant name -> (file it is appended to, code)."""
 
 _WHO = {"GIT_AUTHOR_NAME": "plant", "GIT_AUTHOR_EMAIL": "plant@localhost", "GIT_COMMITTER_NAME": "plant",
