@@ -325,7 +325,9 @@ def test_pong_reaches_sb3_through_the_suites_atari_pipeline_unwrapped():
 
 def test_the_suite_s_own_trials_do_not_load_stable_baselines3():
     """The registry lists the sb3-* entries without importing SB3: a ppo trial process (the local executor's
-    forkserver preloads the registry) stays ~22 MB smaller; an sb3-* trial imports it when it builds its model."""
+    forkserver preloads the registry) stays ~22 MB smaller; an sb3-* trial imports it when it builds its model.
+    Nor torch's compiler stack (``torch._dynamo``, 69 MB resident), which torch loads with a ``torch.optim``
+    optimiser: the suite's trials do not build one, SB3's do."""
     import subprocess
     import sys
 
@@ -337,8 +339,9 @@ def test_the_suite_s_own_trials_do_not_load_stable_baselines3():
         "from suite.trial import TrialSpec, run_trial\n"
         "run_trial(TrialSpec('ppo', 'CartPole-v1', 0, 256, n_eval_episodes=1).resolve())\n"
         "assert 'stable_baselines3' not in sys.modules, 'ppo loaded SB3'\n"
+        "assert 'torch._dynamo' not in sys.modules, 'ppo loaded torch._dynamo'\n"
         "run_trial(TrialSpec('sb3-ppo', 'CartPole-v1', 0, 256, n_eval_episodes=1).resolve())\n"
-        "assert 'stable_baselines3' in sys.modules\n"
+        "assert 'stable_baselines3' in sys.modules and 'torch._dynamo' in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

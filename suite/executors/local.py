@@ -42,12 +42,14 @@ from suite.trial import TrialSpec, run_trial
 PROGRESS_INTERVAL_S = 0.5
 """Minimum seconds between two progress messages of a trial."""
 
-FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "suite.trial", "suite.algorithms"]
-"""Imported once by the forkserver, so trial processes start with them loaded. ``torch._dynamo`` is imported by
-torch itself the first time an optimizer is built (``torch/_compile.py``), i.e. by every trial: preloading it took
-a tiny TextMatch trial from 8.2 s to 1.4 s of wall time (6 trials x 2 workers, twice each, side by side, on this
-shared 2-core machine at load ~6). Plugins are not preloaded: a trial process loads what its spec needs in
-``TrialSpec.resolve()``."""
+FORKSERVER_PRELOAD = ["torch", "suite.trial", "suite.algorithms"]
+"""Imported once by the forkserver, so trial processes start with them loaded. Not ``torch._dynamo``: torch imports
+it the first time a ``torch.optim`` optimizer is built (``torch/_compile.py``), which the suite's own algorithms no
+longer do (their fused Adam step is the shared core's), and a forked child inherits the forkserver's pages as its
+own resident memory: preloading it put 69 MB of torch's compiler stack into every trial's RSS (a forkserver child
+at birth: 229 vs 160 MB, 2026-12-01), so every suite trial's recorded peak held a library it never used. The
+``sb3-*`` trials import it before their clock and memory baseline (their registry ``imports``), as a standalone SB3
+process would. Plugins are not preloaded: a trial process loads what its spec needs in ``TrialSpec.resolve()``."""
 
 _HOST = socket.gethostname()
 

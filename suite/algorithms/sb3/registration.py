@@ -56,12 +56,14 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
 
 
 SB3_IMPORTS = (
-    "stable_baselines3", "stable_baselines3.common.logger", "stable_baselines3.common.on_policy_algorithm",
+    "torch._dynamo", "stable_baselines3", "stable_baselines3.common.logger", "stable_baselines3.common.on_policy_algorithm",
     "stable_baselines3.common.vec_env", "suite.algorithms.sb3.agent", "suite.algorithms.sb3.callback",
     "suite.algorithms.sb3.vec_env",
 )  # fmt: skip
 """What an ``sb3-*`` trial imports before its measurement starts (the registry does not load SB3: see
-:mod:`suite.algorithms.sb3.config`), so SB3's import lands in no phase of the trial, as when it was preloaded."""
+:mod:`suite.algorithms.sb3.config`), so SB3's import lands in no phase of the trial, as when it was preloaded;
+``torch._dynamo`` too, which torch imports when SB3 builds its ``torch.optim`` optimiser (69 MB resident, 2.6 s: the
+forkserver no longer preloads it, :data:`suite.executors.local.FORKSERVER_PRELOAD`)."""
 
 
 def _policy_factory(algo: str) -> Any:
