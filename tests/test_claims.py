@@ -314,3 +314,16 @@ def test_the_improvement_rule() -> None:
     assert open_.verdict == INCONCLUSIVE and open_.seeds_needed == want and f"{want} seeds per arm" in open_.reason
     # An improvement cell is not range-checked (only claimed returns are).
     assert verdict(**base, env_id="ALE/Pong-v5", claimed=7.0, interval=(6.9, 3.0, 10.0)).verdict == REPRODUCED
+
+
+def test_a_budget_short_cell_with_missing_trials_names_what_its_core_hours_are_for():
+    """A cell run below its claim's budget with trials still missing: the hours shown are the settling tier's (the
+    whole cell at the claim's budget), so the reason says so rather than reading as the missing trials' cost."""
+    from types import SimpleNamespace
+
+    from suite.claims.tables import _why
+
+    short = SimpleNamespace(reason="3 trial(s) not run yet", core_hours=3.59, settle_tier="paper")
+    assert _why(short) == "3 trial(s) not run yet (--tier paper settles it: about 3.59 core-hours from the recorded speeds)"
+    seeds = SimpleNamespace(reason="seeds per arm for power 0.8: 26", core_hours=0.5, settle_tier=None)
+    assert _why(seeds) == "seeds per arm for power 0.8: 26 (about 0.500 core-hours)"

@@ -100,9 +100,15 @@ def _run_budget(result: CellResult) -> str:
 
 
 def _why(result: CellResult) -> str:
+    """The verdict's reason, with the cost of settling the cell where the reason does not state it: for a cell run
+    below its claim's budget, the cost of the tier that settles it (not of the trials the reason may list as missing)."""
     text = result.reason
     if result.core_hours is not None and "core-hours" not in text:
-        text += f" (about {format_number(result.core_hours)} core-hours)"
+        hours = format_number(result.core_hours)
+        if result.settle_tier:
+            text += f" (--tier {result.settle_tier} settles it: about {hours} core-hours from the recorded speeds)"
+        else:
+            text += f" (about {hours} core-hours)"
     return text
 
 
