@@ -580,9 +580,9 @@ def test_a_flipped_loss_is_worse(planted):
 
 @pytest.mark.slow
 def test_a_slower_update_is_slower(planted):
-    # the update twice as long: ppo's update is 55-70% of its training time, so 0.59-0.65x its steps/s. The 30% plant
-    # (0.85-0.89x, near the 1/1.1 threshold) needs the gate's undecided repeats to be caught every time
-    # (benchmarks/regress_targets.py, results/regress-targets/): 2 repeats alone called it "same" on a quiet machine.
+    # The update twice as long: ppo's update is 55-70% of its training time (results/reference), so ~0.6-0.65x its
+    # steps/s by that share. The 30% plant (0.85-0.89x, near the 1/1.1 threshold) needs the gate's undecided repeats
+    # to be caught every time (benchmarks/regress_targets.py): 2 repeats alone called it "same" on a quiet machine.
     code, verdicts = _gate(planted, "slow-update-2x", ["regression"], repeats=2)
     v = verdicts["ppo/CartPole-v1"]
     assert v["returns"] == "identical"  # a slower update changes no result
