@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, SupportsFloat
@@ -500,6 +501,47 @@ def seed_action_spaces(envs: VectorEnv, seed: int | Sequence[int | None] | None)
                 sub.action_space.seed(int(s))
 
 
+class MaskedSyncVectorEnv(SyncVectorEnv):
+    """``SyncVectorEnv`` (SAME_STEP autoreset) that can also step only some of its sub-envs (:meth:`step_active`)."""
+
+    def step_active(self, actions: Any, active: np.ndarray) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """:meth:`step` for the sub-envs where ``active`` (bool ``(n_envs,)``); the others are not stepped: their
+        observation stays what it was, with reward 0, neither terminated nor truncated, and nothing in ``info``.
+
+        For callers that ignore a sub-env once its episode ended (GRPO's episode groups): stepping it on would only
+        spend env time on a discarded episode. The active sub-envs get exactly what :meth:`step` gives them.
+        """
+        if self.autoreset_mode != AutoresetMode.SAME_STEP:
+            raise ValueError("step_active needs SAME_STEP autoreset")
+        infos: dict[str, Any] = {}
+        for i, action in enumerate(gym.vector.utils.iterate(self.action_space, actions)):
+            if not active[i]:
+                self._rewards[i] = 0.0
+                self._terminations[i] = False
+                self._truncations[i] = False
+                continue
+            (self._env_obs[i], self._rewards[i], self._terminations[i], self._truncations[i], env_info) = self.envs[i].step(
+                action
+            )
+            if self._terminations[i] or self._truncations[i]:
+                infos = self._add_info(infos, {"final_obs": self._env_obs[i], "final_info": env_info}, i)
+                self._env_obs[i], env_info = self.envs[i].reset()
+            infos = self._add_info(infos, env_info, i)
+        self._observations = gym.vector.utils.concatenate(self.single_observation_space, self._env_obs, self._observations)
+        self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
+        obs = deepcopy(self._observations) if self.copy else self._observations
+        return obs, np.copy(self._rewards), np.copy(self._terminations), np.copy(self._truncations), infos
+
+
+def _drop_wall_time(info: dict[str, Any]) -> dict[str, Any]:
+    """Drop ``RecordEpisodeStatistics``' wall-time field (``t``) so that no log records it."""
+    episode = info.get("final_info", {}).get("episode")
+    if episode is not None:
+        episode.pop("t", None)
+        episode.pop("_t", None)
+    return info
+
+
 class SeededVectorEnv(VectorWrapper):
     """Outermost wrapper of every :func:`make_vec_env` env: a seeded reset also seeds the action spaces."""
 
@@ -518,11 +560,16 @@ class SeededVectorEnv(VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step all sub-envs; drops ``RecordEpisodeStatistics``' wall-time field so no log records it."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
-        episode = info.get("final_info", {}).get("episode")
-        if episode is not None:
-            episode.pop("t", None)
-            episode.pop("_t", None)
-        return obs, reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, _drop_wall_time(info)
+
+    def step_active(self, actions: Any, active: np.ndarray) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step only the sub-envs where ``active`` (:meth:`MaskedSyncVectorEnv.step_active`) when the env can (sync
+        vectorization of gymnasium envs); otherwise (numpy twins, async) step all of them: the active sub-envs get
+        the same values either way."""
+        if not isinstance(self.env, MaskedSyncVectorEnv):
+            return self.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step_active(actions, active)
+        return obs, reward, terminated, truncated, _drop_wall_time(info)
 
 
 def _per_env_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None]:
@@ -799,7 +846,7 @@ def make_vec_env(
     if use_async:
         envs: VectorEnv = AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     else:
-        envs = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = MaskedSyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     return SeededVectorEnv(envs)
 
 

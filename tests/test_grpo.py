@@ -406,3 +406,55 @@ def test_grad_accumulation_gives_grpos_minibatch_gradient_within_float_rounding(
         torch.testing.assert_close(pb, pa, rtol=1e-5, atol=2e-6)
         for key in ("policy_loss", "kl_ref", "clip_fraction", "entropy", "grad_norm"):
             assert mb[0][key] == pytest.approx(ma[0][key], rel=1e-4, abs=1e-7), key
+
+
+def test_stepping_only_running_episodes_changes_nothing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector steps only the sub-envs whose episode still runs (sync gymnasium envs, no observation
+    normalisation): the trial is the same bit for bit as when every sub-env is stepped each step."""
+    from suite.envs import SeededVectorEnv
+
+    spec = TrialSpec("grpo", "LunarLander-v3", 3, 10_000, n_eval_episodes=2)
+    calls = {"masked": 0}
+    real = SeededVectorEnv.step_active
+
+    def counted(self: SeededVectorEnv, actions, active):  # type: ignore[no-untyped-def]
+        calls["masked"] += int((~active).any())
+        return real(self, actions, active)
+
+    monkeypatch.setattr(SeededVectorEnv, "step_active", counted)
+    masked = run_trial(spec.resolve(), models_dir=tmp_path / "masked")
+    assert calls["masked"] > 150 and len(masked["updates"]) > 1  # steps that left finished episodes out
+    monkeypatch.setattr(SeededVectorEnv, "step_active", lambda self, actions, active: self.step(actions))
+    full = run_trial(spec.resolve(), models_dir=tmp_path / "full")
+    assert masked["status"] == "ok", masked["error"]
+    assert deterministic_view(masked) == deterministic_view(full)
+    sd = [torch.load(r["model_path"], weights_only=True)["state_dict"] for r in (masked, full)]
+    assert all(torch.equal(sd[0][k], sd[1][k]) for k in sd[0])
+
+
+def test_step_active_gives_the_running_envs_what_step_gives_them() -> None:
+    from suite.envs import make_vec_env
+
+    a, b = (make_vec_env("LunarLander-v3", 4, vectorization="sync") for _ in range(2))
+    oa, _ = a.reset(seed=[7, 7, 8, 9])
+    ob, _ = b.reset(seed=[7, 7, 8, 9])
+    active = np.array([True, False, True, True])
+    rng = np.random.default_rng(0)
+    for t in range(300):
+        acts = rng.integers(0, 4, size=4)
+        ra = a.step(acts)
+        rb = b.step_active(acts, active)
+        np.testing.assert_array_equal(ra[0][active], rb[0][active])
+        for x, y in zip(ra[1:4], rb[1:4], strict=True):
+            np.testing.assert_array_equal(x[active], y[active])
+        assert not rb[2][~active].any() and not rb[3][~active].any() and (rb[1][~active] == 0).all()
+        if t == 0:
+            frozen = rb[0][1].copy()
+        np.testing.assert_array_equal(rb[0][1], frozen)  # not stepped
+        done = (ra[2] | ra[3]) & active
+        if done.any():
+            ea, eb = ra[4]["final_info"]["episode"], rb[4]["final_info"]["episode"]
+            np.testing.assert_array_equal(ea["r"][done], eb["r"][done])
+            active &= ~done
+    a.close()
+    b.close()

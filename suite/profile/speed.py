@@ -8,7 +8,8 @@ One training slice of an algorithm on an env is run three times in this process,
    ``forward`` (network forward and loss), ``backward``, ``optimizer`` (gradient statistics, clip, Adam) in the
    update; the trial's phases give ``advantages`` and ``evaluation`` (one final evaluation);
 2. **limit**: the same work with everything but the env and the network removed, timed in the same run: the env
-   stepped alone (the trainer's vector env, random actions, as many vector steps as training took) and the network
+   stepped alone (the trainer's vector env, random actions, as many vector steps as training took, or as many
+   sub-env steps where training stepped only the running episodes' sub-envs, as GRPO's groups do) and the network
    alone (as many inference forwards of the same batch, as many forward + backward + optimiser steps of the same
    minibatch size, on random inputs, through the same path training used: the hand-derived kernel of
    :mod:`suite.algorithms.fused` where it applies, modules and autograd otherwise). Training steps/s as a
@@ -328,10 +329,14 @@ def profile_speed(
         parts=parts, calls=calls, train_time=sum(t for name, t in phases.items() if name != "eval"), clock=clock,
     )  # fmt: skip
     # the limit: env alone and network alone, for the same work
-    _t, env_calls, _n = laps.part("env_step")
+    _t, env_calls, env_substeps = laps.part("env_step")
     if made and env_calls:
-        prof.limit["env_vector_steps"] = env_calls
-        prof.limit["env_s"] = _time_env(resolved, made, env_calls, laps.now)
+        # a collector that steps only some sub-envs (GRPO's running episodes) reports the sub-env steps it took:
+        # the env alone then does as many sub-env steps (all sub-envs each vector step, cost ~ linear in them)
+        n_envs = int(made[0]["n_envs"])
+        vector_steps = -(-env_substeps // n_envs) if 0 < env_substeps < env_calls * n_envs else env_calls
+        prof.limit["env_vector_steps"] = vector_steps
+        prof.limit["env_s"] = _time_env(resolved, made, vector_steps, laps.now)
     trainer = laps.trainer
     _t, inf_calls, inf_samples = laps.part("inference")
     _t, _fwd_calls, fwd_samples = laps.part("forward")
