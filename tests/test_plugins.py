@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -269,20 +270,31 @@ def _pip(*args: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def _pip_install_into(package: Path, target: Path) -> Path:
+    """Install ``package`` (not editable, no dependencies) into the directory ``target``, not into this venv: only
+    the processes given ``target`` on their path (:func:`_cli`'s ``path``) see it. Installing into the shared venv
+    let the suite commands of tests running beside this one in other xdist workers load the plugin too (a broken one
+    made them exit 2)."""
+    _pip("install", "--no-deps", "--no-build-isolation", "-q", "--target", str(target), str(package))
+    return target
+
+
 @pytest.fixture(scope="module")
 def example_installed(tmp_path_factory) -> Iterator[Path]:
-    """The example package installed (not editable) from a temporary copy; uninstalled afterwards."""
+    """The example package installed (not editable) from a temporary copy into a directory of its own; yields that
+    directory (pass it as ``path`` to :func:`_cli`)."""
     copy = tmp_path_factory.mktemp("example") / "reinforce"
     shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
-    _pip("install", "--no-deps", "--no-build-isolation", "-q", str(copy))
-    try:
-        yield copy
-    finally:
-        _pip("uninstall", "-y", "-q", "rl-suite-reinforce")
+    yield _pip_install_into(copy, tmp_path_factory.mktemp("example-site"))
 
 
-def _cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SUITE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+def _cli(*args: str, cwd: Path, timeout: float = 600, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``suite ARGS`` in a fresh process; ``path``: a directory of installed packages put first on its PYTHONPATH
+    (inherited by its trial processes)."""
+    env = None
+    if path is not None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([*SUITE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 def _records(db: Path) -> dict[tuple[str, str, int], dict]:
@@ -298,7 +310,7 @@ def _records(db: Path) -> dict[tuple[str, str, int], dict]:
 
 
 def test_example_plugin_runs_through_the_cli_deterministic_recorded_and_reported(example_installed, tmp_path):
-    listed = _cli("list", "--json", cwd=tmp_path)
+    listed = _cli("list", "--json", cwd=tmp_path, path=example_installed)
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     reinforce = next(a for a in data["algorithms"] if a["id"] == "reinforce")
@@ -308,9 +320,13 @@ def test_example_plugin_runs_through_the_cli_deterministic_recorded_and_reported
     study = str(EXAMPLE / "study.toml")
     db, db2 = tmp_path / "a.db", tmp_path / "b.db"
     common = ["--tier", "smoke", "--seeds", "0", "--workers", "2", "--quiet"]
-    run = _cli("run", study, "--algo", "reinforce", "--algo", "ppo", *common, "--db", str(db), cwd=tmp_path)
+    run = _cli(
+        "run", study, "--algo", "reinforce", "--algo", "ppo", *common, "--db", str(db), cwd=tmp_path, path=example_installed
+    )
     assert run.returncode == 0, run.stderr
-    again = _cli("run", study, "--algo", "reinforce", *common, "--no-report", "--db", str(db2), cwd=tmp_path)
+    again = _cli(
+        "run", study, "--algo", "reinforce", *common, "--no-report", "--db", str(db2), cwd=tmp_path, path=example_installed
+    )
     assert again.returncode == 0, again.stderr
 
     first, second = _records(db), _records(db2)
@@ -328,7 +344,7 @@ def test_example_plugin_runs_through_the_cli_deterministic_recorded_and_reported
     assert "algorithm reinforce from rl-suite-reinforce 0.1.0 (package)" in report
 
     model = first[("reinforce", "Acrobot-v1", 0)]["model_path"]
-    evaluated = _cli("evaluate", model, "--episodes", "2", cwd=tmp_path)
+    evaluated = _cli("evaluate", model, "--episodes", "2", cwd=tmp_path, path=example_installed)
     assert evaluated.returncode == 0, evaluated.stderr
     assert evaluated.stdout.startswith("reinforce on Acrobot-v1: mean return ")
 
@@ -407,11 +423,8 @@ def test_broken_installed_plugin_package_is_one_line_naming_it(tmp_path):
             """
         )
     )
-    _pip("install", "--no-deps", "--no-build-isolation", "-q", str(package))
-    try:
-        done = _cli("list", cwd=tmp_path, timeout=120)
-    finally:
-        _pip("uninstall", "-y", "-q", "rl-suite-broken-plugin")
+    site = _pip_install_into(package, tmp_path / "site")
+    done = _cli("list", cwd=tmp_path, timeout=120, path=site)
     assert done.returncode == 2
     assert _one_error_line(done.stderr) == (
         "suite: error: plugin 'rl-suite-broken-plugin' 9.9 (entry point rl_suite.algorithms: broken = suite_broken_plugin) "
