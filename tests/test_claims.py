@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -327,3 +329,26 @@ def test_a_budget_short_cell_with_missing_trials_names_what_its_core_hours_are_f
     assert _why(short) == "3 trial(s) not run yet (--tier paper settles it: about 3.59 core-hours from the recorded speeds)"
     seeds = SimpleNamespace(reason="seeds per arm for power 0.8: 26", core_hours=0.5, settle_tier=None)
     assert _why(seeds) == "seeds per arm for power 0.8: 26 (about 0.500 core-hours)"
+
+
+def _committed_tables() -> list[Path]:
+    return sorted((Path(__file__).resolve().parents[1] / "reports" / "claims").rglob("verdicts.json"))
+
+
+def test_every_shipped_claim_set_has_a_committed_table() -> None:
+    """reports/claims/<set>/ holds a regenerated table (the whole set, or its rows) for every shipped claim set."""
+    committed = {json.loads(p.read_text())["claim_set"] for p in _committed_tables()}
+    assert set(list_claim_sets()) <= committed, sorted(set(list_claim_sets()) - committed)
+
+
+@pytest.mark.parametrize("path", _committed_tables(), ids=lambda p: str(p.parent.relative_to(p.parents[2])))
+def test_committed_claim_tables_match_the_algorithm_versions(path: Path) -> None:
+    """A version bump changes trial keys, so `suite reproduce` re-runs those trials: a committed table made at an older
+    version no longer matches the code and must be regenerated with the bump (issue 9)."""
+    stale = set()
+    for cell in json.loads(path.read_text())["cells"]:
+        for part in filter(None, cell["algo_versions"].split(", ")):
+            algo, version = part.rsplit(" ", 1)
+            if get_algorithm(algo).version != version:
+                stale.add(f"{algo} {version} (now {get_algorithm(algo).version})")
+    assert not stale, f"{path}: regenerate with `suite reproduce`: {sorted(stale)}"
