@@ -562,11 +562,16 @@ class SeededVectorEnv(VectorWrapper):
         obs, reward, terminated, truncated, info = self.env.step(actions)
         return obs, reward, terminated, truncated, _drop_wall_time(info)
 
+    @property
+    def masks_steps(self) -> bool:
+        """Whether :meth:`step_active` really leaves the inactive sub-envs unstepped (sync vectorization of gymnasium
+        envs); the numpy twins and async envs step all of them."""
+        return isinstance(self.env, MaskedSyncVectorEnv)
+
     def step_active(self, actions: Any, active: np.ndarray) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Step only the sub-envs where ``active`` (:meth:`MaskedSyncVectorEnv.step_active`) when the env can (sync
-        vectorization of gymnasium envs); otherwise (numpy twins, async) step all of them: the active sub-envs get
-        the same values either way."""
-        if not isinstance(self.env, MaskedSyncVectorEnv):
+        """Step only the sub-envs where ``active`` (:meth:`MaskedSyncVectorEnv.step_active`) when the env can
+        (:attr:`masks_steps`); otherwise step all of them: the active sub-envs get the same values either way."""
+        if not isinstance(self.env, MaskedSyncVectorEnv):  # not masks_steps
             return self.step(actions)
         obs, reward, terminated, truncated, info = self.env.step_active(actions, active)
         return obs, reward, terminated, truncated, _drop_wall_time(info)

@@ -435,7 +435,9 @@ def test_stepping_only_running_episodes_changes_nothing(tmp_path, monkeypatch: p
 def test_step_active_gives_the_running_envs_what_step_gives_them() -> None:
     from suite.envs import make_vec_env
 
+    assert not make_vec_env("CartPole-v1", 2).masks_steps  # numpy twin: steps every sub-env
     a, b = (make_vec_env("LunarLander-v3", 4, vectorization="sync") for _ in range(2))
+    assert b.masks_steps
     oa, _ = a.reset(seed=[7, 7, 8, 9])
     ob, _ = b.reset(seed=[7, 7, 8, 9])
     active = np.array([True, False, True, True])
