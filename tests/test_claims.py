@@ -331,6 +331,26 @@ def test_a_budget_short_cell_with_missing_trials_names_what_its_core_hours_are_f
     assert _why(seeds) == "seeds per arm for power 0.8: 26 (about 0.500 core-hours)"
 
 
+def test_core_hours_are_not_extrapolated_from_runs_that_ended_inside_the_warm_up():
+    """SB3's SAC on Hopper collects without training for its first 10,000 steps (~1,000 steps/s here, against
+    ~25-60 once it trains): a 1,024-step smoke run's speed put the zoo's 1M-step cell at 1.4 core-hours instead of
+    days. Runs that ended inside the warm-up give no speed (and the reason says so); runs past it do."""
+    import pandas as pd
+
+    from suite.claims.reproduce import _training_speeds
+
+    sac = {"learning_starts": 10_000, "batch_size": 256}
+    smoke = pd.DataFrame({"config": [sac, sac], "steps": pd.array([1_024, 1_024], dtype="Int64"),
+                          "steps_per_second": [990.0, 961.0]})  # fmt: skip
+    speeds, note = _training_speeds(smoke)
+    assert speeds.size == 0 and "learning_starts 10,000" in note
+    mixed = pd.DataFrame({"config": [sac, json.dumps(sac), {"n_steps": 2048}],
+                          "steps": pd.array([1_024, 50_000, 2_048], dtype="Int64"),
+                          "steps_per_second": [990.0, 48.0, 2_300.0]})  # fmt: skip
+    speeds, note = _training_speeds(mixed)
+    assert speeds.tolist() == [48.0, 2_300.0] and note == ""
+
+
 def _committed_tables() -> list[Path]:
     return sorted((Path(__file__).resolve().parents[1] / "reports" / "claims").rglob("verdicts.json"))
 

@@ -9,6 +9,7 @@ never mixes versions.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shlex
@@ -61,11 +62,14 @@ class ArmResult:
     steps_trained: list[int]
     """Distinct ``steps`` of its recorded trials (what was trained; the budget, except for failures)."""
     steps_per_second: float
-    """Mean training throughput of its ok trials (NaN without any)."""
+    """Mean training throughput of its ok trials that trained past their warm-up (NaN without any): what the
+    core-hours to settle a cell are extrapolated from."""
     versions: list[str]
     """Distinct ``algo version`` of its recorded trials."""
     curve: str
     """Which training episodes its curve holds: ``whole episodes`` or ``capped at N steps (...)``."""
+    speed_note: str = ""
+    """Why :attr:`steps_per_second` is NaN though trials ran (every run ended inside its warm-up)."""
 
 
 @dataclass
@@ -163,7 +167,7 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
     values = run_values(metric, runs, cell.params)
     values = values[~np.isnan(values)]
     ok = rows[rows["status"] == "ok"]
-    sps = ok["steps_per_second"].to_numpy(dtype=float)
+    sps, speed_note = _training_speeds(ok)
     return ArmResult(
         arm=arm,
         keys=keys,
@@ -177,18 +181,45 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
         steps_per_second=float(np.nanmean(sps)) if np.isfinite(sps).any() else float("nan"),
         versions=sorted({f"{a} {v}" for a, v in zip(rows["algo"], rows["algo_version"], strict=True)}),
         curve=training_curve_label([r.trial.get("metrics") for r in runs]) if metric.training_curve else "",
+        speed_note=speed_note,
     )
 
 
-def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, float | None]:
-    """The first tier that runs every arm at the claim's budget, and the core-hours it needs (recorded speeds)."""
+def _training_speeds(ok: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Steps/s of the ok trials whose run went past the algorithm's warm-up (``learning_starts`` of the off-policy
+    baselines: until then SB3's SAC/TD3/DQN only collect, ~1,000 steps/s for SAC on Hopper against ~25-60 once it
+    trains, so a smoke run's speed would put a 1M-step run at an hour instead of half a day), and why none if every
+    run ended inside it."""
+    speeds, warmups = [], []
+    for cfg, steps, sps in zip(ok["config"], ok["steps"], ok["steps_per_second"], strict=True):
+        warmup = 0
+        try:
+            warmup = int((json.loads(cfg) if isinstance(cfg, str) else dict(cfg or {})).get("learning_starts") or 0)
+        except (TypeError, ValueError):
+            warmup = 0
+        if warmup and (pd.isna(steps) or int(steps) <= warmup):
+            warmups.append(warmup)
+            continue
+        speeds.append(sps)
+    note = ""
+    if not speeds and warmups:
+        note = (
+            f"every run ended inside the warm-up (learning_starts {max(warmups):,}), so no training speed is recorded; "
+            "a run past it gives one"
+        )
+    return np.asarray(speeds, dtype=float), note
+
+
+def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, float | None, str]:
+    """The first tier that runs every arm at the claim's budget, the core-hours it needs (recorded speeds), and why
+    they are unknown (None) if so."""
     tier = next(t for t in TIERS if all(claims.run_budget(cell, a.arm, t) >= cell.budget for a in arms))
     hours = 0.0
     for a in arms:
         if not math.isfinite(a.steps_per_second) or a.steps_per_second <= 0:
-            return tier, None
+            return tier, None, (f"core-hours unknown ({a.arm.name}: {a.speed_note})" if a.speed_note else "")
         hours += len(cell.seeds) * cell.budget / a.steps_per_second / 3600.0
-    return tier, hours
+    return tier, hours, ""
 
 
 def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEFAULT_REPS, seed: int = 0) -> list[CellResult]:
@@ -210,8 +241,9 @@ def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEF
         short = [x for x in arms if x.run_budget < cell.budget]
         settle_tier, hours, budget_text = None, None, None
         if short:
-            settle_tier, hours = _settle(claims, cell, arms)
+            settle_tier, hours, unknown = _settle(claims, cell, arms)
             cost = f", about {format_number(hours)} core-hours from the recorded speeds" if hours is not None else ""
+            cost = f"{cost}; {unknown}" if unknown else cost
             budget_text = (
                 f"ran {short[0].run_budget:,} steps of the claim's {cell.budget:,}: --tier {settle_tier} settles it{cost}"
             )
