@@ -112,6 +112,37 @@ def test_a_second_run_runs_nothing_and_writes_identical_verdicts(
     assert "6 trials, 6 already recorded" in captured.err and "0 to run" in captured.err
     assert (reproduced["out"] / "verdicts.csv").read_bytes() == before
     assert "4 cells:" in captured.out and "STAND-IN: a test stand-in" in captured.out
+    assert "changes against" not in captured.out  # the same table again: nothing to report
+
+
+def test_a_run_reports_what_changed_against_the_table_its_folder_held(
+    reproduced: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The verdicts are data, so regenerating a table says which cells changed verdict (with the measurement before
+    and after), how many moved under the same verdict, and which cells came or went (matched by row and column)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    meta = json.loads((reproduced["out"] / "verdicts.json").read_text())
+    cells = {c["column"]: c for c in meta["cells"]}
+    was = cells["PPO"]["verdict"]
+    cells["PPO"]["verdict"] = "impossible" if was != "impossible" else "reproduced"
+    cells["diversity"]["measured"] = (cells["diversity"]["measured"] or 0.0) + 0.25
+    gone = dict(cells["gain"], column="an old column")
+    meta["cells"] = [cells["PPO"], cells["pairwise"], cells["diversity"], gone]
+    meta["tier"] = "quick"
+    (out / "verdicts.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    argv = ["reproduce", str(reproduced["toml"]), "--db", str(reproduced["db"]), "-o", str(out), "--no-run", "--quiet"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("changes against the table this folder held (tier quick, now smoke):")
+    changes = lines[start + 1 : start + 5]
+    assert changes[0].startswith(f"  {cells['PPO']['verdict']} -> {was}  hello / PPO (measured ")
+    assert changes[1] == f"  new cell  hello / gain: {pd.read_csv(out / 'verdicts.csv')['verdict'].iloc[2]}"
+    assert changes[2] == f"  cell gone hello / an old column (was {gone['verdict']})"
+    assert changes[3] == "  1 cell(s) measured differently with the same verdict"
+    assert main(argv) == 0  # the folder now holds this table: nothing changed
+    assert "changes against" not in capsys.readouterr().out
 
 
 def test_the_folder_carries_its_records_and_re_judges_without_the_original_database(

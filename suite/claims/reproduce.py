@@ -306,7 +306,7 @@ def reproduce(
         UserError: an unknown tier, a trial that does not resolve, a database that is not ours, an unwritable
             output folder (all before any trial runs, except the last).
     """
-    from suite.claims.tables import terminal_summary, write_tables
+    from suite.claims.tables import read_previous, terminal_summary, verdict_changes, write_tables
 
     expansion = claims.expand(tier, seeds)
     summary = None
@@ -319,7 +319,8 @@ def reproduce(
     with ResultsStore(db_path, create=run) as store:
         results = evaluate_cells(expansion, store, reps=reps)
     command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)}"
+    changes = verdict_changes(read_previous(out_dir, claims), claims, results)
     write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command, reps=reps)
     write_records(db_path, out_dir / RECORDS_FILE, expansion.trials)
-    echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir))
+    echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir, changes=changes))
     return results, summary
