@@ -55,7 +55,8 @@ def _add_exec(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--trial-timeout", type=float, metavar="SECONDS",
-        help="end a trial that runs longer (failed, reason timeout); 0: no limit; default: 300 s + budget / 5 steps/s",
+        help="end a trial that runs longer in all (failed, reason timeout); 0: no limit; default: a trial that shows no "
+        "progress for 300 s + budget / 5 steps/s",
     )  # fmt: skip
     p.add_argument(
         "--retry-failed", nargs="?", const="env", choices=["env", "all"],

@@ -184,9 +184,14 @@ def eval_seeds(seed: int, n_episodes: int) -> list[int]:
 
 
 def evaluate_policy(
-    predict: Callable[[np.ndarray], np.ndarray], env_id: str, env_kwargs: Mapping[str, Any], seeds: list[int]
+    predict: Callable[[np.ndarray], np.ndarray],
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    seeds: list[int],
+    tick: Callable[[], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run one episode per seed, all in one vector env (one policy call per step for all of them).
+    """Run one episode per seed, all in one vector env (one policy call per step for all of them); ``tick`` is
+    called after every step (the trial's sign of life to the executor during a long evaluation: whole Pong games).
 
     Returns:
         ``(returns (E,), lengths (E,))``: raw episode scores (Atari: the game score) and lengths.
@@ -204,6 +209,8 @@ def evaluate_policy(
             new = mask & ~done
             returns[new], lengths[new] = ret[new], length[new]
             done |= mask
+            if tick is not None:
+                tick()
         return returns, lengths
     finally:
         envs.close()
@@ -348,9 +355,11 @@ class TrialContext:
 
     def evaluate(self, agent: Agent, final: bool) -> dict[str, Any]:
         with self.phase("eval"):
+            progress, steps = self._progress, self.steps
             returns, lengths = evaluate_policy(
-                lambda o: agent.predict(o, deterministic=True), self.env_id, self.env_kwargs, self._eval_seeds
-            )
+                lambda o: agent.predict(o, deterministic=True), self.env_id, self.env_kwargs, self._eval_seeds,
+                tick=None if progress is None else (lambda: progress(steps)),
+            )  # fmt: skip
         row = {
             "step": self.steps,
             "final": final,

@@ -209,6 +209,81 @@ def test_a_trial_past_its_timeout_is_ended_retried_and_recorded_as_timeout(tmp_p
     assert_intact(db)
 
 
+class ScriptedBackend:
+    """A backend whose trials run no code: ``talks`` trials start and then report progress at every poll until
+    ``rounds`` polls have passed, then finish with an algorithm failure (kept, never retried); ``silent`` trials start
+    and then say nothing. Deterministic whatever the load: the driver looks at the clock only after it has handled a
+    poll's events, so a trial that reports at every poll is never silent for longer than one poll."""
+
+    name = "scripted"
+
+    def __init__(self, talks: set[str], rounds: int, slots: int = 2) -> None:
+        self.talks, self.rounds, self.slots = talks, rounds, slots
+        self.running: dict[int, list[Any]] = {}
+        self.killed: list[str] = []
+
+    def start(self, task: Task) -> Any:
+        self.running[id(task)] = [task, 0, False]
+        return id(task)
+
+    def poll(self, timeout: float) -> list[Event]:
+        from suite.executors.common import Finished
+        from suite.trial import failure_record
+
+        time.sleep(min(timeout, 0.05))
+        events: list[Event] = []
+        for handle, state in list(self.running.items()):
+            task, polls, started = state
+            if not started:
+                state[2] = True
+                events.append(Started(task, 1, "scripted"))
+                continue
+            if task.resolved.key in self.talks:
+                state[1] = polls + 1
+                if state[1] >= self.rounds:
+                    del self.running[handle]
+                    events.append(Finished(task, failure_record(task.resolved, "Done", failure_kind="exception")))
+                else:
+                    events.append(Progress(task, polls))
+        return events
+
+    def kill(self, task: Task) -> None:
+        self.killed.append(task.resolved.key)
+        self.running.pop(id(task), None)
+
+    def close(self) -> None:
+        self.running.clear()
+
+
+def test_by_default_a_trial_is_hung_only_when_it_stops_showing_progress(monkeypatch):
+    """A trial that keeps reporting (a long Pong evaluation ticks at every step) runs past the default limit; one
+    that falls silent is ended at it, retried, and recorded as a timeout that says why. A limit given with
+    --trial-timeout is a total, progress or not."""
+    import suite.executors.common as common
+
+    monkeypatch.setattr(common, "default_trial_timeout", lambda budget: 0.3)
+    talks, silent = tiny(0), tiny(1)
+    saved: dict[str, dict[str, Any]] = {}
+
+    def save(rec: dict[str, Any]) -> None:
+        saved[rec["key"]] = rec
+
+    backend = ScriptedBackend({talks.key}, rounds=40)  # >= 40 polls of 50 ms: 2 s, past the 0.3 s limit
+    t0 = time.monotonic()
+    summary = run_trials([talks, silent], save=save, backend=backend, max_retries=1, show_progress=False)
+    assert time.monotonic() - t0 >= 40 * 0.05
+    assert (saved[talks.key]["failure_kind"], saved[talks.key]["error"]) == ("exception", "Done")  # ran to its end
+    rec = saved[silent.key]
+    assert (rec["failure_kind"], rec["attempts"]) == ("timeout", 2) and summary.retried == 1
+    assert rec["error"].startswith("Timeout: no progress for 0 s (hung;") and backend.killed == [silent.key] * 2
+
+    saved.clear()
+    backend = ScriptedBackend({talks.key}, rounds=40)
+    run_trials([talks], save=save, backend=backend, max_retries=0, trial_timeout=0.3, show_progress=False)
+    rec = saved[talks.key]
+    assert rec["failure_kind"] == "timeout" and "ran longer than its 0 s limit" in rec["error"]
+
+
 def test_default_timeout_rule():
     assert default_trial_timeout(2048) == pytest.approx(300 + 2048 / 5)  # smoke: 12 min
     assert default_trial_timeout(1_000_000) == pytest.approx(300 + 200_000)  # paper Hopper: SAC at 23 steps/s needs 12 h

@@ -18,8 +18,11 @@ kill it. :func:`drive` decides everything else, identically for all of them:
 * **Each trial once, even across concurrent runs.** With a store, a trial is claimed (:meth:`ResultsStore.claim`)
   right before it starts; one claimed by another live ``suite run`` is waited for, one recorded meanwhile is
   skipped; the claim is dropped in the transaction that saves the record. The driver is the only writer.
-* **Timeouts** end a trial that runs longer than its limit (:func:`default_trial_timeout` unless given), measured
-  from the moment it started executing on its worker.
+* **Timeouts** end a hung trial. By default (:func:`default_trial_timeout`) a trial is hung when it has shown no
+  sign of life for that long: the clock restarts with every progress message, which a trial sends after each
+  iteration and during its evaluations (a Pong evaluation of 10 whole games at every tenth of a 1,024-step smoke
+  budget is ~100 games: 461 s at load 5 against the 505 s limit that used to count from the start). A limit given
+  with ``--trial-timeout`` is a total: the trial ends that long after it started executing on its worker.
 """
 
 from __future__ import annotations
@@ -43,11 +46,11 @@ ALGORITHM_FAILURE_KINDS: tuple[str, ...] = ("exception", "diverged")
 
 TIMEOUT_BASE_S = 300.0
 TIMEOUT_MIN_STEPS_PER_S = 5.0
-"""Default trial timeout: ``TIMEOUT_BASE_S + budget / TIMEOUT_MIN_STEPS_PER_S`` seconds, i.e. a trial is hung when
-it runs at under 5 env steps/s, a fifth of the slowest training speed measured on this shared 2-core machine
-(SB3 SAC and TD3 on Hopper-v5, 23 steps/s on one torch thread at load average ~3.6; PPO on Pong ~210 steps/s),
-plus five minutes for start-up and evaluations. smoke tier (2,048 steps): 12 min; quick CartPole (100k): 5.6 h;
-paper Hopper (1M): 2.3 days; paper Pong (10M): 23 days. Pass ``--trial-timeout`` for a tighter limit."""
+"""Default trial timeout: ``TIMEOUT_BASE_S + budget / TIMEOUT_MIN_STEPS_PER_S`` seconds without a progress
+message, i.e. a trial is hung when it would run at under 5 env steps/s, a fifth of the slowest training speed measured
+on this shared 2-core machine (SB3 SAC and TD3 on Hopper-v5, 23 steps/s on one torch thread at load average ~3.6;
+PPO on Pong ~210 steps/s), plus five minutes for start-up. smoke tier (2,048 steps): 12 min; quick CartPole (100k):
+5.6 h; paper Hopper (1M): 2.3 days. Evaluations send progress too. Pass ``--trial-timeout`` for a limit in all."""
 
 POLL_S = 0.25
 """How often the driver looks at signals, timeouts and its workers when nothing arrives."""
@@ -142,6 +145,8 @@ class Task:
     submitted: float = 0.0
     steps: int = 0
     """Env steps credited to the progress bar."""
+    alive: float | None = None
+    """``time.monotonic()`` of its last sign of life (started, or a progress message): the default timeout's clock."""
     handle: Any = None
 
     @property
@@ -243,12 +248,25 @@ class Policy:
     max_retries: int = 1
     """Further attempts after an environment failure (``worker_died``, ``timeout``, ``oom``)."""
     trial_timeout: float | None = None
-    """Seconds; None: :func:`default_trial_timeout` of each trial's budget; 0: no limit."""
+    """Seconds in all; None: :func:`default_trial_timeout` of each trial's budget without a sign of life; 0: no limit."""
 
     def timeout_for(self, task: Task) -> float:
         if self.trial_timeout is None:
             return default_trial_timeout(task.resolved.spec.total_timesteps)
         return self.trial_timeout if self.trial_timeout > 0 else math.inf
+
+    def timed_out(self, task: Task, now: float) -> str | None:
+        """Why ``task`` is past its limit at ``now``, or None (also while it has not started executing)."""
+        if task.started is None:
+            return None
+        limit = self.timeout_for(task)
+        if self.trial_timeout is None:
+            if now - (task.alive or task.started) > limit:
+                return f"Timeout: no progress for {limit:.0f} s (hung; --trial-timeout sets a limit in all)"
+            return None
+        if now - task.started > limit:
+            return f"Timeout: trial ran longer than its {limit:.0f} s limit (--trial-timeout)"
+        return None
 
 
 @dataclass
@@ -372,8 +390,9 @@ def drive(
             for event in backend.poll(POLL_S if running else min(POLL_S * 4, BUSY_RECHECK_S)):
                 task = event.task
                 if isinstance(event, Started):
-                    task.started = time.monotonic()
+                    task.started = task.alive = time.monotonic()
                 elif isinstance(event, Progress):
+                    task.alive = time.monotonic()
                     credit(task, event.steps)
                 elif isinstance(event, Finished):
                     running.remove(task)
@@ -386,11 +405,10 @@ def drive(
                     failed(task, failure_record(task.resolved, event.error, wall, failure_kind=event.failure_kind))
             now = time.monotonic()
             for task in list(running):
-                limit = policy.timeout_for(task)
-                if task.started is not None and now - task.started > limit and interrupted() is None:
+                error = policy.timed_out(task, now)
+                if error is not None and task.started is not None and interrupted() is None:
                     backend.kill(task)
                     running.remove(task)
-                    error = f"Timeout: trial ran longer than its {limit:.0f} s limit (--trial-timeout)"
                     failed(task, failure_record(task.resolved, error, now - task.started, failure_kind="timeout"))
             if coord is not None and now - coord.last_heartbeat > HEARTBEAT_S:
                 coord.store.heartbeat(coord.run_id)
