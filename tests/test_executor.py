@@ -284,6 +284,21 @@ def test_by_default_a_trial_is_hung_only_when_it_stops_showing_progress(monkeypa
     assert rec["failure_kind"] == "timeout" and "ran longer than its 0 s limit" in rec["error"]
 
 
+def test_an_evaluation_ticks_at_every_step_of_its_longest_episode():
+    """What keeps a trial alive to the default timeout during a long evaluation (whole Pong games)."""
+    import numpy as np
+
+    from suite.trial import eval_seeds, evaluate_policy
+
+    ticks = [0]
+
+    def tick() -> None:
+        ticks[0] += 1
+
+    _, lengths = evaluate_policy(lambda o: np.zeros(len(o), dtype=np.int64), "CartPole-v1", {}, eval_seeds(0, 3), tick=tick)
+    assert ticks[0] == int(lengths.max()) > 0
+
+
 def test_default_timeout_rule():
     assert default_trial_timeout(2048) == pytest.approx(300 + 2048 / 5)  # smoke: 12 min
     assert default_trial_timeout(1_000_000) == pytest.approx(300 + 200_000)  # paper Hopper: SAC at 23 steps/s needs 12 h

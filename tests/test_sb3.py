@@ -268,7 +268,7 @@ def test_sb3_ppo_and_ppo_are_evaluated_from_the_same_start_states(monkeypatch):
     seen: dict[int, list[tuple[list[int], np.ndarray]]] = {}
     original = trial_mod.evaluate_policy
 
-    def spy(predict, env_id, env_kwargs, seeds):
+    def spy(predict, env_id, env_kwargs, seeds, **kwargs):
         first: list[np.ndarray] = []
 
         def wrapped(obs):
@@ -276,7 +276,7 @@ def test_sb3_ppo_and_ppo_are_evaluated_from_the_same_start_states(monkeypatch):
                 first.append(obs.copy())
             return predict(obs)
 
-        out = original(wrapped, env_id, env_kwargs, seeds)
+        out = original(wrapped, env_id, env_kwargs, seeds, **kwargs)
         seen.setdefault(len(seen), []).append((list(seeds), first[0]))
         return out
 
