@@ -168,6 +168,77 @@ def test_bootstrap_is_deterministic_and_restores_global_rng() -> None:
     assert st.score_intervals(runs, reps=REPS, seed=8) != first
 
 
+def _rliable_interval(args: list[np.ndarray], func, reps: int, seed: int) -> tuple[np.ndarray, ...]:  # type: ignore[no-untyped-def]
+    """rliable's own get_interval_estimates (through arch), the reference the vectorised bootstrap must equal."""
+    from rliable import library as rly
+
+    with st.seeded_global_rng(seed):
+        points, intervals = rly.get_interval_estimates({"x": args}, func, reps=reps, confidence_interval_size=0.95)
+    interval = np.asarray(intervals["x"], dtype=float).reshape(2, -1)
+    return np.asarray(points["x"], dtype=float).reshape(-1), interval[0], interval[1]
+
+
+def _same(a: tuple, b: tuple) -> bool:  # type: ignore[type-arg]
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_vectorised_bootstrap_equals_rliable_bit_for_bit(case: int) -> None:
+    """The report's intervals are computed over all replications at once; they must be rliable's to the last bit:
+    the same index draws (one block draw of numpy's legacy RNG is the same stream as many), the same statistics,
+    arch's percentiles. Ties, single runs and unequal task sizes included."""
+    from rliable import library as rly
+
+    from suite.stats import scores as sc
+
+    rng = np.random.default_rng(case)
+    ties = case % 3 == 0
+    draw = (lambda k: rng.integers(0, 3, k).astype(float)) if ties else (lambda k: rng.normal(size=k) * 10)
+    reps, seed = int(rng.integers(50, 300)), int(rng.integers(0, 2**31))
+    n = 1 + case % 7
+    runs = draw(n)
+    got = sc.interval_estimate(
+        [runs], sc._run_statistics, reps=reps, seed=seed, confidence=0.95, batched=sc._run_statistics_batched
+    )
+    assert _same(got, _rliable_interval([runs], sc._run_statistics, reps, seed))
+    sizes = [n, n, n] if case % 2 else [n, 1 + (case + 3) % 5]
+    tasks = [draw(k) for k in sizes]
+    others = [draw(k) for k in sizes] if case % 4 else [draw(1 + (k + 1) % 4) for k in sizes]
+
+    def aggregate(*t: np.ndarray) -> np.ndarray:
+        pooled = np.sort(np.concatenate(t))
+        return np.array([sc._sorted_iqm(pooled), 1.0 - np.minimum(pooled, 1.0).mean()])
+
+    p, lo, hi = _rliable_interval(tasks, aggregate, reps, seed)
+    got_agg = st.aggregate_intervals(tasks, reps=reps, seed=seed)
+    assert got_agg == {"iqm": (p[0], lo[0], hi[0]), "optimality_gap": (p[1], lo[1], hi[1])}
+    pairs = [a for pair in zip(tasks, others, strict=True) for a in pair]
+    p, lo, hi = _rliable_interval(pairs, lambda *a: np.array([st.probability_of_improvement(a[0::2], a[1::2])]), reps, seed)
+    assert st.probability_of_improvement_interval(tasks, others, reps=reps, seed=seed) == (p[0], lo[0], hi[0])
+    taus = np.linspace(-2.0, 3.0, 21)
+    got_profile = st.performance_profile_intervals(tasks, taus, reps=reps, seed=seed)
+    if len(set(sizes)) == 1:
+        with st.seeded_global_rng(seed):
+            profiles, cis = rly.create_performance_profile({"x": np.stack(tasks, axis=1)}, taus, reps=reps)
+        ci = np.asarray(cis["x"]).reshape(2, -1)
+        assert _same(got_profile, (profiles["x"], ci[0], ci[1]))
+    else:
+        ref = _rliable_interval(tasks, lambda *t: st.score_distribution(np.concatenate(t), taus), reps, seed)
+        assert _same(got_profile, ref)
+
+
+def test_block_draw_is_the_stream_of_many_draws() -> None:
+    """What bootstrap_indices relies on: numpy's legacy RNG gives the same indices in one call as in many."""
+    from suite.stats import scores as sc
+
+    for n in range(1, 9):
+        np.random.seed(5)
+        many = [np.random.choice(n, n, replace=True) for _ in range(40 * 3)]
+        np.random.seed(5)
+        block = sc.bootstrap_indices([n, n, n], 40)
+        assert all(np.array_equal(block[i % 3][i // 3], many[i]) for i in range(120))
+
+
 def test_tables_are_deterministic_and_seed_sensitive() -> None:
     trials = make_trials()
     a = st.final_score_table(trials, reps=REPS, seed=3)

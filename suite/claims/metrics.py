@@ -43,12 +43,11 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from rliable import library as rly
 
 from suite.errors import UserError
 from suite.stats import curves as cm
 from suite.stats.references import env_reference
-from suite.stats.scores import CONFIDENCE, derive_seed, seeded_global_rng
+from suite.stats.scores import CONFIDENCE, derive_seed, interval_estimate
 
 Better = Literal["higher", "lower"]
 
@@ -313,8 +312,6 @@ def compare(
             return np.array([sa])
         return np.array([_combine(sa, _statistic(xs[1], statistic), comparison, relative)])
 
-    with seeded_global_rng(derive_seed(seed, identity)):
-        points, intervals = rly.get_interval_estimates({"x": arrays}, func, reps=reps, confidence_interval_size=confidence)
-    point = float(np.asarray(points["x"]).reshape(-1)[0])
-    lo, hi = (float(v) for v in np.asarray(intervals["x"], dtype=float).reshape(-1)[:2])
+    points, lows, highs = interval_estimate(arrays, func, reps=reps, seed=derive_seed(seed, identity), confidence=confidence)
+    point, lo, hi = float(points[0]), float(lows[0]), float(highs[0])
     return _unnever(point), _unnever(lo), _unnever(hi)

@@ -111,25 +111,77 @@ def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
     return float(rly_metrics.aggregate_optimality_gap(np.asarray(scores, dtype=float), gamma))
 
 
-def _interval_estimate(
-    args: Sequence[np.ndarray], func: Callable[..., np.ndarray], *, reps: int, seed: int, confidence: float
+def bootstrap_indices(sizes: Sequence[int], reps: int) -> list[np.ndarray]:
+    """The resampling indices rliable's ``StratifiedIndependentBootstrap`` draws for 1-D arguments of ``sizes`` runs,
+    in its order, from numpy's global RNG: per replication, per argument, ``np.random.choice(n, n)``.
+
+    Returns:
+        One ``(reps, n_i)`` integer array per argument. Arguments of one size are drawn in a single call (legacy
+        ``RandomState`` draws the same stream in one call as in many: tested), the others one call at a time.
+    """
+    sizes = [int(n) for n in sizes]
+    if len(set(sizes)) == 1:
+        block = np.random.choice(sizes[0], (reps, len(sizes), sizes[0]), replace=True)
+        return [block[:, i, :] for i in range(len(sizes))]
+    out = [np.empty((reps, n), dtype=np.int64) for n in sizes]
+    for r in range(reps):
+        for i, n in enumerate(sizes):
+            out[i][r] = np.random.choice(n, n, replace=True)
+    return out
+
+
+def percentile_interval(estimates: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower (k,), upper (k,))``: arch's ``conf_int(method="percentile")`` of bootstrap estimates ``(reps, k)``,
+    with its exact arithmetic (the same percentiles, one column at a time)."""
+    alpha = (1.0 - confidence) / 2
+    q = list(100 * np.array([alpha, 1.0 - alpha]))
+    k = estimates.shape[1]
+    lower, upper = np.zeros(k), np.zeros(k)
+    for i in range(k):
+        lower[i], upper[i] = np.percentile(estimates[:, i], q)
+    return lower, upper
+
+
+def interval_estimate(
+    args: Sequence[np.ndarray],
+    func: Callable[..., np.ndarray],
+    *,
+    reps: int,
+    seed: int,
+    confidence: float,
+    batched: Callable[..., np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run rliable's ``get_interval_estimates`` on ``func(*args)`` under a seeded global RNG.
+    """rliable's ``get_interval_estimates`` on ``func(*args)`` (percentile CI, stratified bootstrap of each 1-D
+    argument's runs) under a seeded global RNG, with the same result to the last bit.
+
+    rliable (through arch) calls ``func`` once per replication, in Python; with ``batched`` (``func`` over all
+    replications at once: arrays ``(reps, n_i)`` in, ``(reps, k)`` out, the same arithmetic per row) the estimates
+    are one vectorised call. The indices are rliable's own draws (:func:`bootstrap_indices`) and the percentiles
+    arch's (:func:`percentile_interval`); tests compare every statistic here with rliable's output.
 
     Args:
-        args: One or more arrays resampled independently along axis 0 (runs).
+        args: One or more 1-D arrays resampled independently (runs).
         func: Maps resampled ``*args`` to a 1-D array of k statistics.
         reps: Bootstrap replications.
         seed: Global RNG seed for this call.
         confidence: CI coverage.
+        batched: ``func`` over a leading replication axis; None: ``func`` is called per replication.
 
     Returns:
         ``(point (k,), lower (k,), upper (k,))``.
     """
+    arrays = [np.asarray(a) for a in args]
+    point = np.asarray(func(*arrays), dtype=float).reshape(-1)
     with seeded_global_rng(seed):
-        points, intervals = rly.get_interval_estimates({"x": list(args)}, func, reps=reps, confidence_interval_size=confidence)
-    interval = np.asarray(intervals["x"], dtype=float).reshape(2, -1)
-    return np.asarray(points["x"], dtype=float).reshape(-1), interval[0], interval[1]
+        indices = bootstrap_indices([a.shape[0] for a in arrays], reps)
+    if batched is not None:
+        estimates = np.asarray(batched(*(a[i] for a, i in zip(arrays, indices, strict=True))), dtype=float)
+    else:
+        estimates = np.zeros((reps, point.size))
+        for r in range(reps):
+            estimates[r] = func(*(a[i[r]] for a, i in zip(arrays, indices, strict=True)))
+    lower, upper = percentile_interval(estimates.reshape(reps, -1), confidence)
+    return point, lower, upper
 
 
 def _sorted_iqm(ordered: np.ndarray) -> float:
@@ -146,6 +198,17 @@ def _run_statistics(runs: np.ndarray) -> np.ndarray:
     ordered = np.sort(runs.reshape(-1))
     n = ordered.size
     return np.array([ordered.mean(), 0.5 * (ordered[(n - 1) // 2] + ordered[n // 2]), _sorted_iqm(ordered)])
+
+
+def _run_statistics_batched(runs: np.ndarray) -> np.ndarray:
+    """:func:`_run_statistics` of each row of ``(reps, n)``: ``(reps, 3)``."""
+    ordered = np.sort(runs, axis=1)
+    n = ordered.shape[1]
+    cut = int(0.25 * n)
+    return np.stack(
+        [ordered.mean(axis=1), 0.5 * (ordered[:, (n - 1) // 2] + ordered[:, n // 2]), ordered[:, cut : n - cut].mean(axis=1)],
+        axis=1,
+    )
 
 
 def score_intervals(
@@ -168,7 +231,9 @@ def score_intervals(
     if runs.size == 0 or _has_nan(runs):
         nan = float("nan")
         return {name: (nan, nan, nan) for name in names}
-    point, lo, hi = _interval_estimate([runs], _run_statistics, reps=reps, seed=seed, confidence=confidence)
+    point, lo, hi = interval_estimate(
+        [runs], _run_statistics, reps=reps, seed=seed, confidence=confidence, batched=_run_statistics_batched
+    )
     return {name: (float(point[i]), float(lo[i]), float(hi[i])) for i, name in enumerate(names)}
 
 
@@ -203,7 +268,13 @@ def aggregate_intervals(
         pooled = np.sort(np.concatenate(tasks))
         return np.array([_sorted_iqm(pooled), gamma - np.minimum(pooled, gamma).mean()])
 
-    point, lo, hi = _interval_estimate(arrays, func, reps=reps, seed=seed, confidence=confidence)
+    def batched(*tasks: np.ndarray) -> np.ndarray:
+        pooled = np.sort(np.concatenate(tasks, axis=1), axis=1)
+        n = pooled.shape[1]
+        cut = int(0.25 * n)
+        return np.stack([pooled[:, cut : n - cut].mean(axis=1), gamma - np.minimum(pooled, gamma).mean(axis=1)], axis=1)
+
+    point, lo, hi = interval_estimate(arrays, func, reps=reps, seed=seed, confidence=confidence, batched=batched)
     return {
         "iqm": (float(point[0]), float(lo[0]), float(hi[0])),
         "optimality_gap": (float(point[1]), float(lo[1]), float(hi[1])),
@@ -237,6 +308,20 @@ def probability_of_improvement(x_tasks: Sequence[np.ndarray], y_tasks: Sequence[
     return float(np.mean(per_task))
 
 
+def _improvement_batched(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) on one task for each row of ``x (reps, n_x)`` and ``y (reps, n_y)``: ``(reps,)``.
+
+    Counts the pairs (ties one half) over ``n_x * n_y``, which is the Mann-Whitney U over ``n_x * n_y`` that
+    rliable computes (U is a count of pairs, exact in float), and 0.5 where the two rows are equal, as rliable has it.
+    """
+    gt = (x[:, :, None] > y[:, None, :]).sum(axis=(1, 2))
+    eq = (x[:, :, None] == y[:, None, :]).sum(axis=(1, 2))
+    p = (gt + 0.5 * eq) / (x.shape[1] * y.shape[1])
+    if x.shape[1] == y.shape[1]:
+        p = np.where((x == y).all(axis=1), 0.5, p)
+    return p
+
+
 def probability_of_improvement_interval(
     x_tasks: Sequence[np.ndarray],
     y_tasks: Sequence[np.ndarray],
@@ -267,7 +352,11 @@ def probability_of_improvement_interval(
     def func(*arrays: np.ndarray) -> np.ndarray:
         return np.array([probability_of_improvement(arrays[0::2], arrays[1::2])])
 
-    point, lo, hi = _interval_estimate(args, func, reps=reps, seed=seed, confidence=confidence)
+    def batched(*arrays: np.ndarray) -> np.ndarray:
+        per_task = [_improvement_batched(x, y) for x, y in zip(arrays[0::2], arrays[1::2], strict=True)]
+        return np.stack(per_task, axis=1).mean(axis=1, keepdims=True)
+
+    point, lo, hi = interval_estimate(args, func, reps=reps, seed=seed, confidence=confidence, batched=batched)
     return float(point[0]), float(lo[0]), float(hi[0])
 
 
@@ -299,9 +388,10 @@ def performance_profile_intervals(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Score-distribution performance profile with pointwise bootstrap CIs (Agarwal et al. 2021 Sec. 4.2).
 
-    When every task has the same number of runs this calls rliable's ``create_performance_profile`` on the
-    ``(num_runs, num_tasks)`` matrix; otherwise (failed runs excluded) it bootstraps the per-task arrays
-    with the same definition (:func:`score_distribution`), since rliable's profile needs a rectangular matrix.
+    When every task has the same number of runs the result is rliable's ``create_performance_profile`` on the
+    ``(num_runs, num_tasks)`` matrix, to the last bit (its draws, computed over all replications at once; tested
+    against it); otherwise (failed runs excluded) it bootstraps the per-task arrays with the same definition
+    (:func:`score_distribution`), since rliable's profile needs a rectangular matrix.
 
     Args:
         task_scores: Per-task normalised run scores, shapes ``(num_runs_m,)``.
@@ -319,13 +409,22 @@ def performance_profile_intervals(
         nan = np.full(taus.shape, np.nan)
         return nan, nan.copy(), nan.copy()
     if len({a.size for a in arrays}) == 1:
+        # rliable's create_performance_profile (StratifiedBootstrap over runs within each task column), vectorised:
+        # per replication it draws np.random.choice(runs, (runs, tasks)), the same stream as one block draw
         matrix = np.stack(arrays, axis=1)
+        runs, tasks = matrix.shape
+        profile = np.asarray(rly.score_distributions(matrix, taus), dtype=float)
         with seeded_global_rng(seed):
-            profiles, cis = rly.create_performance_profile({"x": matrix}, taus, reps=reps, confidence_interval_size=confidence)
-        ci = np.asarray(cis["x"], dtype=float).reshape(2, -1)
-        return np.asarray(profiles["x"], dtype=float), ci[0], ci[1]
+            idx = np.random.choice(runs, (reps, runs, tasks), replace=True)
+        resampled = matrix[idx, np.arange(tasks)].reshape(reps, -1)
+        lo, hi = percentile_interval((resampled[:, None, :] > taus[None, :, None]).mean(axis=2), confidence)
+        return profile, lo, hi
 
     def func(*tasks: np.ndarray) -> np.ndarray:
         return score_distribution(np.concatenate(tasks), taus)
 
-    return _interval_estimate(arrays, func, reps=reps, seed=seed, confidence=confidence)
+    def batched(*tasks: np.ndarray) -> np.ndarray:
+        pooled = np.concatenate(tasks, axis=1)
+        return (pooled[:, None, :] > taus[None, :, None]).mean(axis=2)
+
+    return interval_estimate(arrays, func, reps=reps, seed=seed, confidence=confidence, batched=batched)
