@@ -411,6 +411,51 @@ def test_workers_never_die_of_the_terminals_ctrl_c(tmp_path):
     assert done.stdout.split("\n")[0] == "['ok', 'ok', 'ok', 'ok', 'ok', 'ok'] 0", done.stderr[-3000:]
 
 
+FORKED_FROM = textwrap.dedent(
+    """
+    import multiprocessing as mp, os, sys
+    from suite.executors.local import _ImportsProcess, _context, start_forkserver
+
+    def probe(conn):
+        conn.send((os.getppid(), "stable_baselines3" in sys.modules, "torch" in sys.modules))
+
+    def run(process):
+        parent, child = mp.get_context("forkserver").Pipe(duplex=False)
+        process._args = (child,)
+        process.start()
+        child.close()
+        answer = parent.recv()
+        process.join()
+        return answer
+
+    if __name__ == "__main__":
+        start_forkserver()
+        plain = run(_context().Process(target=probe))
+        with_sb3 = _ImportsProcess(target=probe)
+        with_sb3.imports = ("stable_baselines3",)
+        sb3 = run(with_sb3)
+        again = _ImportsProcess(target=probe)
+        again.imports = ("stable_baselines3",)
+        second = run(again)  # the same server, started once
+        print(plain[1:], sb3[1:], sb3[0] != plain[0], second[0] == sb3[0], "stable_baselines3" in sys.modules)
+    """
+)
+
+
+def test_a_trial_with_imports_is_forked_from_a_server_that_has_them(tmp_path):
+    """An algorithm's ``imports`` (SB3 for the ``sb3-*`` baselines) are preloaded by a forkserver of their own, so a
+    trial no longer pays them at its start; that server is started once, the main forkserver (every suite trial's
+    parent) stays without them, and so does the driver."""
+    script = tmp_path / "forked_from.py"
+    script.write_text(FORKED_FROM)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[0] == "(False, True) (True, True) True True False", done.stderr[-3000:]
+
+
 def _sigterm_caught(pid: int) -> bool:
     """Whether the process has installed a SIGTERM handler, i.e. the CLI's main() is running."""
     try:

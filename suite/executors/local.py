@@ -1,9 +1,10 @@
 """Local executor: every trial in a fresh process on this machine, started by a forkserver.
 
 Each trial runs in its own process, forked from a forkserver that has already imported torch and the suite, so a
-start costs milliseconds: its peak RSS is its own, a crash or OOM kill takes down only that trial, and torch's
-thread setting cannot leak between trials. The trial process sends ``started``, progress and finally its record
-over a pipe; the driver (:func:`suite.executors.common.drive`) is the only writer of the results database.
+start costs milliseconds (a trial whose algorithm lists ``imports``, e.g. SB3's, is forked from a second forkserver
+that has imported those too: :func:`_server`): its peak RSS is its own, a crash or OOM kill takes down only that
+trial, and torch's thread setting cannot leak between trials. The trial process sends ``started``, progress and finally
+its record over a pipe; the driver (:func:`suite.executors.common.drive`) is the only writer of the results database.
 
 Signals: the forkserver is started with SIGINT/SIGTERM blocked, so it and every process it forks are born with
 them blocked; a trial process then ignores them before unblocking (:func:`shield_worker_from_interrupts`). The
@@ -15,6 +16,7 @@ the driver dies (a thread waits on the driver's end of the pipe), so a SIGKILLed
 
 from __future__ import annotations
 
+import io
 import multiprocessing as mp
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
@@ -22,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from multiprocessing import popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -111,6 +114,61 @@ def start_forkserver() -> None:
         multiprocessing.forkserver.ensure_running()
 
 
+class _ImportsPopen(popen_forkserver.Popen):
+    """``popen_forkserver.Popen`` launching through the forkserver of the process's ``imports`` (the stdlib's
+    ``_launch`` with its one module-level forkserver replaced by :func:`_server`; Python 3.11's code otherwise)."""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        buf = io.BytesIO()
+        mp.context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            mp.context.set_spawning_popen(None)
+        self.sentinel, w = _server(process_obj.imports).connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        _parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))  # type: ignore[attr-defined]
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = multiprocessing.forkserver.read_signed(self.sentinel)
+
+
+class _ImportsProcess(mp.context.ForkServerProcess):
+    """A trial process forked from a forkserver that has also imported its algorithm's ``imports``."""
+
+    imports: tuple[str, ...] = ()
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _ImportsPopen(process_obj)
+
+
+_SERVERS: dict[tuple[str, ...], Any] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _server(imports: tuple[str, ...]) -> Any:
+    """The running forkserver that preloads :data:`FORKSERVER_PRELOAD` plus ``imports`` (started, or restarted if it
+    died, with the terminal's signals blocked, as :func:`start_forkserver`).
+
+    Why: an algorithm's ``imports`` are what its trial imports before its clock starts (SB3 and ``torch._dynamo``
+    for the ``sb3-*`` baselines: 2-4 s of every such trial's start, paid again by each trial). Kept out of the main
+    forkserver because a forked child inherits its server's pages as resident memory (see
+    :data:`FORKSERVER_PRELOAD`), so only the trials that import them anyway are forked from a server that has them:
+    their memory baseline holds what it held before, and the import is paid once per study instead of per trial."""
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(imports)
+        if server is None:
+            server = _SERVERS[imports] = multiprocessing.forkserver.ForkServer()
+            server.set_forkserver_preload([*FORKSERVER_PRELOAD, *imports])
+        multiprocessing.resource_tracker.ensure_running()
+        with signals_blocked():
+            server.ensure_running()
+        return server
+
+
 class _Running:
     def __init__(self, task: Task, process: Any, conn: Connection, oom_before: int | None) -> None:
         self.task, self.process, self.conn, self.oom_before = task, process, conn, oom_before
@@ -139,9 +197,13 @@ class LocalBackend:
     def start(self, task: Task) -> Any:
         start_forkserver()  # restarts it if it died: every trial process must come from a shielded forkserver
         parent, child = self._ctx.Pipe(duplex=False)
-        process = self._ctx.Process(
-            target=_worker, args=(task.resolved.spec, child, self._models_dir, self._environ), daemon=True
-        )
+        args = (task.resolved.spec, child, self._models_dir, self._environ)
+        imports = tuple(task.resolved.algo.imports)
+        if imports:
+            process = _ImportsProcess(target=_worker, args=args, daemon=True)
+            process.imports = imports
+        else:
+            process = self._ctx.Process(target=_worker, args=args, daemon=True)
         oom_before = oom_kill_count()
         process.start()
         child.close()

@@ -61,9 +61,10 @@ SB3_IMPORTS = (
     "suite.algorithms.sb3.vec_env",
 )  # fmt: skip
 """What an ``sb3-*`` trial imports before its measurement starts (the registry does not load SB3: see
-:mod:`suite.algorithms.sb3.config`), so SB3's import lands in no phase of the trial, as when it was preloaded;
-``torch._dynamo`` too, which torch imports when SB3 builds its ``torch.optim`` optimiser (69 MB resident, 2.6 s: the
-forkserver no longer preloads it, :data:`suite.executors.local.FORKSERVER_PRELOAD`)."""
+:mod:`suite.algorithms.sb3.config`), so SB3's import lands in no phase of the trial; ``torch._dynamo`` too, which torch
+imports when SB3 builds its ``torch.optim`` optimiser (69 MB resident, 2.6 s: the main forkserver does not preload it,
+:data:`suite.executors.local.FORKSERVER_PRELOAD`). The local executor forks these trials from a second forkserver
+that has imported them (:func:`suite.executors.local._server`), so they are paid once per study, not per trial."""
 
 
 def _policy_factory(algo: str) -> Any:
