@@ -193,13 +193,22 @@ not orphan the records made before it; any other value is part of the key as usu
 changes results, and so needs an algorithm version bump like any other change.)"""
 
 
+def identity_unless_default(but_when: str) -> dict[str, str]:
+    """:data:`IDENTITY_UNLESS_DEFAULT` for a field whose default changed behaviour for some configs only: left out of
+    the key at its default unless the config's field ``but_when`` is truthy (those configs' earlier records were made
+    by another code path, so they must not be reused; every other config keeps its key, and its records)."""
+    return {"identity": "unless-default", "but_when": but_when}
+
+
 def config_identity(cfg: Any) -> dict[str, Any]:
-    """:func:`config_to_dict` without the :data:`IDENTITY_UNLESS_DEFAULT` fields that are at their default: what a
-    trial key hashes."""
+    """:func:`config_to_dict` without the :data:`IDENTITY_UNLESS_DEFAULT` fields that are at their default (and whose
+    :func:`identity_unless_default` condition is false): what a trial key hashes."""
     out = config_to_dict(cfg)
     for f in dataclasses.fields(cfg):
         if f.metadata.get("identity") == "unless-default" and getattr(cfg, f.name) == f.default:
-            del out[f.name]
+            but_when = f.metadata.get("but_when")
+            if but_when is None or not getattr(cfg, but_when):
+                del out[f.name]
     return out
 
 

@@ -198,9 +198,46 @@ def test_jacobian_penalty_equals_autograds_double_backward(spaces, overrides, B)
     torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
 
 
+TEXT = (gym.spaces.Box(0, 1, (40,), np.float32), gym.spaces.Discrete(26))  # more outputs than a probe: Hutchinson
+
+
+@pytest.mark.parametrize("K", [1, 3])
+@pytest.mark.parametrize(
+    ("spaces", "overrides"),
+    [(TEXT, {}), (CARTPOLE, {"activation": "relu"}), (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)})],
+)
+def test_jacobian_penalty_with_probes_equals_autograds_hutchinson(spaces, overrides, K):
+    """Hutchinson's estimate by hand (``probes``) equals ``input_gradient_penalty(..., probes=K)`` with the same draws:
+    its value per sample and its gradient."""
+    from suite.algorithms.fused import jacobian_penalty
+    from suite.algorithms.ppo_rlvr_prm import input_gradient_penalty
+
+    cfg, policy = _policy(spaces, **overrides)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    mb = _minibatch(policy, 128, 1)
+    obs = mb.obs.clone().requires_grad_(True)
+    flat.zero_grad()
+    torch.manual_seed(3)
+    per_sample_a = input_gradient_penalty(policy.policy_params(obs), obs, probes=K)
+    (0.7 * per_sample_a.sum()).backward()
+    g_a = flat.grad.clone()
+    flat.zero_grad()
+    kernel.evaluate(mb.obs, mb.actions)
+    torch.manual_seed(3)
+    probes = torch.stack([torch.randn(128, policy.head.n_params) for _ in range(K)])
+    per_sample_f, add = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 0.7, probes)
+    add()
+    np.testing.assert_allclose(per_sample_f, per_sample_a.detach().numpy(), rtol=1e-4, atol=1e-7)
+    assert g_a.abs().max() > 0
+    torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("spaces", "overrides"),
     [
+        (TEXT, {"smooth_probes": 1}),  # TextMatch-v0's defaults: Hutchinson with one probe, drawn in the loss
+        (HOPPER, {"smooth_probes": 2, "js_samples": 2}),  # the JS draws, then the probes: the same stream
         (CARTPOLE, {}),  # the document's settings: 5 value heads, ent 0.01, js 0.5, smooth 1e-3 (raised below)
         (CARTPOLE, {"activation": "relu", "clip_range_vf": 0.2}),
         (HOPPER, {"js_samples": 2}),  # Gaussian: Monte Carlo JS with the same draws, and the log std's gradient

@@ -488,7 +488,11 @@ class PolicyKernel:
 
 
 def jacobian_penalty(
-    acts: list[torch.Tensor], layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]], tanh: bool, coef: float
+    acts: list[torch.Tensor],
+    layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+    tanh: bool,
+    coef: float,
+    probes: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, Callable[[], None]]:
     """``||d out / d x||_F^2`` per sample of an MLP ``x -> (Linear, act)* -> Linear`` and, by hand, the gradient of
     ``coef * sum_b ||J_b||_F^2`` w.r.t. its weights and biases (what autograd's double backward gives, up to float
@@ -502,45 +506,62 @@ def jacobian_penalty(
     ``z_l`` through ``d d_l / dz_l = -2 h_l d_l`` (tanh; 0 for ReLU) and from there the weights and biases by
     ordinary backprop.
 
+    With ``probes`` ``(K, B, P)`` (Hutchinson's estimate, as :func:`suite.algorithms.ppo_rlvr_prm.
+    input_gradient_penalty` with ``probes = K``: ``mean_k ||v_k^T J_b||^2``, unbiased for ``||J_b||_F^2``) the same
+    passes run on the ``K`` rows ``v_k^T J_b`` per sample instead of the ``P`` rows of ``J_b``: the top factor is
+    ``v_k^T W_L`` (one per sample) and ``W_L``'s gradient ``sum_{b,k} v_{b,k} dA_{L,b,k}``.
+
     Args:
         acts, layers: from :meth:`PolicyKernel.policy_network`.
         coef: the loss's factor on the *sum* over samples.
+        probes: None (exact) or the probe vectors ``(K, B, P)``, drawn by the caller.
 
     Returns:
-        ``(||J_b||_F^2 per sample (B,), add)``: ``add()`` adds the gradient to the layers' gradients.
+        ``(||J_b||_F^2 (or its estimate) per sample (B,), add)``: ``add()`` adds the gradient to the layers' gradients.
     """
     hidden = acts[1:]
     weights = [w for w, _, _ in layers]
     L = len(weights)
     B = acts[0].shape[0]
-    P = weights[-1].shape[0]
     d = [(1.0 - h * h) if tanh else (h > 0).to(h.dtype) for h in hidden]  # (B, H_l)
-    # a_primes[l] = A'_l (B, P, H_l) for the hidden layers l = 0..L-2; a_s[l] = A_{l+1} feeding it
+    # a_primes[l] = A'_l (B, R, H_l) for the hidden layers l = 0..L-2; a_s[l] = A_{l+1} feeding it
     a_primes: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
-    above = weights[-1].unsqueeze(0)  # A_L = W_L, (1, P, H_{L-1})
+    if probes is None:
+        K, v = 1, None
+        above = weights[-1].unsqueeze(0)  # A_L = W_L, (1, P, H_{L-1})
+    else:
+        K = probes.shape[0]
+        v = probes.transpose(0, 1)  # (B, K, P)
+        above = torch.matmul(v, weights[-1])  # A_L = v^T W_L per sample, (B, K, H_{L-1})
+    R = above.shape[1]  # rows per sample: P (exact) or K (probes)
     a_above: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
     for i in range(L - 2, -1, -1):
         a_above[i] = above
-        a_primes[i] = above * d[i].unsqueeze(1)  # (B, P, H_i)
-        above = torch.mm(a_primes[i].reshape(B * P, -1), weights[i]).reshape(B, P, -1)
-    jac = above  # (B, P, F)
+        a_primes[i] = above * d[i].unsqueeze(1)  # (B, R, H_i)
+        above = torch.mm(a_primes[i].reshape(B * R, -1), weights[i]).reshape(B, R, -1)
+    jac = above  # (B, R, F)
     per_sample = jac.square().sum((1, 2))
+    if K > 1:
+        per_sample = per_sample / K
 
     def add() -> None:
-        g = (jac * (2.0 * coef)).reshape(B * P, -1)  # dA, rows (b, p)
+        g = (jac * (2.0 * coef / K)).reshape(B * R, -1)  # dA, rows (b, r)
         grads_w: list[torch.Tensor] = [torch.empty(0)] * L
         g_d: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
         for i in range(L - 1):
-            ap = a_primes[i].reshape(B * P, -1)
+            ap = a_primes[i].reshape(B * R, -1)
             grads_w[i] = torch.mm(ap.t(), g)  # (H_i, H_{i-1} or F)
-            g_ap = torch.mm(g, weights[i].t()).reshape(B, P, -1)  # dA'_i
+            g_ap = torch.mm(g, weights[i].t()).reshape(B, R, -1)  # dA'_i
             if tanh:
                 g_d[i] = (g_ap * a_above[i]).sum(1)  # (B, H_i)
             g_above = g_ap * d[i].unsqueeze(1)
             if i == L - 2:
-                grads_w[L - 1] = g_above.sum(0)  # A_L = W_L for every sample
+                if v is None:
+                    grads_w[L - 1] = g_above.sum(0)  # A_L = W_L for every sample
+                else:  # A_L = v^T W_L
+                    grads_w[L - 1] = torch.mm(v.reshape(B * R, -1).t(), g_above.reshape(B * R, -1))
             else:
-                g = g_above.reshape(B * P, -1)
+                g = g_above.reshape(B * R, -1)
         if tanh:  # the activations' derivatives depend on z: backprop the extra dz through the forward graph
             g_h = None
             for i in range(L - 2, -1, -1):

@@ -30,8 +30,9 @@ This algorithm is neither: it is PPO with
 
 The update takes the JS term's and the penalty's derivatives by hand in the shared core (``hand_derived = true``, the
 default since version 1.3.0; equal to autograd's double backward up to float rounding; 1.5-1.75x faster trials on
-CartPole and LunarLander, ``benchmarks/bench_rlvr_hand_derived.py``); ``hand_derived = false`` is the autograd path
-(versions up to 1.2.0), and image observations always use it (the penalty is off there);
+CartPole and LunarLander, ``benchmarks/bench_rlvr_hand_derived.py``; with ``smooth_probes > 0``, Hutchinson's estimate,
+since 2026-12-02: TextMatch-v0); ``hand_derived = false`` is the autograd path (versions up to 1.2.0), and image
+observations always use it (the penalty is off there);
 
 (c) the document's settings as defaults: learning rate 5e-4 -> 2e-5 with cosine decay, GAE lambda 0.9
     (its advice: 0.85-0.92, "because RLVR already reduces variance").
@@ -61,7 +62,7 @@ from suite.algorithms.actor_critic import (
 from suite.algorithms.core import Minibatch, Rollout, compute_gae
 from suite.algorithms.fused import jacobian_penalty
 from suite.algorithms.networks import ActorCritic, CategoricalHead, GaussianHead
-from suite.config import IDENTITY_UNLESS_DEFAULT, Schedule
+from suite.config import Schedule, identity_unless_default
 from suite.registry import register
 
 LOG_2 = math.log(2.0)
@@ -90,12 +91,14 @@ class RlvrPrmConfig(ActorCriticConfig):
     """0: exact Jacobian norm (one backward per policy output); k > 0: Hutchinson estimate with k probes."""
     js_samples: int = 1
     """Monte Carlo samples per state for the Gaussian JS estimate."""
-    hand_derived: bool = field(default=True, metadata=IDENTITY_UNLESS_DEFAULT)
-    """True: the update's derivatives by hand in the shared core (PPO's loss, the JS term, and the exact input-gradient
-    penalty's second derivatives: :func:`suite.algorithms.fused.jacobian_penalty`), equal to the autograd path up to
-    float rounding (tested); False: autograd with a double backward (the only path up to version 1.2.0). Needs an MLP
-    policy (vector observations) and ``smooth_probes = 0``; otherwise autograd is used. Part of a trial's key only
-    when false."""
+    hand_derived: bool = field(default=True, metadata=identity_unless_default(but_when="smooth_probes"))
+    """True: the update's derivatives by hand in the shared core (PPO's loss, the JS term, and the input-gradient
+    penalty's second derivatives, exact or Hutchinson's: :func:`suite.algorithms.fused.jacobian_penalty`), equal to the
+    autograd path up to float rounding (tested); False: autograd with a double backward (the only path up to version
+    1.2.0). Needs an MLP policy (vector observations); otherwise autograd is used. Part of a trial's key when false,
+    and when ``smooth_probes > 0``: with probes the hand-derived path is new (2026-12-02; autograd before, at the same
+    version 1.3.0), so those records (TextMatch-v0's defaults) are made again while every exact-penalty config keeps
+    its key and records (its arithmetic did not change)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -216,7 +219,7 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         return {"old_params": out}
 
     def supports_fused_loss(self) -> bool:
-        return self.cfg.hand_derived and self.cfg.smooth_probes == 0
+        return self.cfg.hand_derived
 
     def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         """:meth:`loss` with its derivatives by hand: PPO's part from :func:`ppo_fused_loss`, the JS term's derivative
@@ -241,7 +244,11 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         smooth = 0.0
         if cfg.smooth_coef > 0:
             acts, layers = kernel.policy_network()
-            per_sample, fl.add_grads = jacobian_penalty(acts, layers, kernel.tanh, cfg.smooth_coef * w / B)
+            probes = None
+            if cfg.smooth_probes:  # drawn as input_gradient_penalty draws them: same stream, same order
+                P = layers[-1][0].shape[0]
+                probes = torch.stack([torch.randn(B, P) for _ in range(cfg.smooth_probes)])
+            per_sample, fl.add_grads = jacobian_penalty(acts, layers, kernel.tanh, cfg.smooth_coef * w / B, probes)
             smooth = float(per_sample.mean())
         fl.loss += (cfg.js_coef * js_mean + cfg.smooth_coef * smooth) * w
         fl.metrics.update(js=js_mean, smooth_penalty=smooth)
