@@ -17,6 +17,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -534,8 +535,9 @@ def planted(tmp_path_factory):
 
 
 def _gate(planted, head: str, studies: list[str], repeats: int, schedule: str = "concurrent",
-          max_repeats: int | None = None) -> tuple[int, dict[str, dict]]:  # fmt: skip
-    """A gate run; ``max_repeats=repeats`` where a test counts the slots (undecided comparisons would add some)."""
+          max_repeats: int | None = None, **extra: Any) -> tuple[int, dict[str, dict]]:  # fmt: skip
+    """A gate run; ``max_repeats=repeats`` where a test counts the slots (undecided comparisons would add some);
+    ``extra``: further :class:`RegressOptions` fields."""
     from suite.regress import RegressOptions, regress
 
     repo, root = planted
@@ -543,7 +545,7 @@ def _gate(planted, head: str, studies: list[str], repeats: int, schedule: str = 
     opts = RegressOptions(
         base="base", head=head, studies=studies, repeats=repeats, max_repeats=max_repeats, repo=repo,
         cache=root / "cache", schedule=schedule,
-        deps_env=Path(sys.prefix), output=out, report=False, quiet=True,
+        deps_env=Path(sys.prefix), output=out, report=False, quiet=True, **extra,
     )  # fmt: skip
     code = regress(opts, say=lambda line: None)
     verdicts = pd.read_csv(out / "verdicts.csv", dtype={"algo": str, "env_label": str})
@@ -559,12 +561,20 @@ def test_the_plants_apply_to_a_copy_and_leave_the_original_alone(planted):
     assert plant_git(repo, "diff", "--stat", "base", "same").endswith("1 file changed, 2 insertions(+)")
 
 
+NO_SPEED_GATE = 10.0
+"""A speed threshold no run reaches (slower: HEAD/BASE steps/s < 0.1), for tests about everything but speed. Whether
+the speed gate calls identical code slower is a rate, measured in a benchmark (``benchmarks/regress_targets.py``), not
+a test's outcome: a 512-step trial is ~0.15 CPU s, and with the machine loaded two builds of the same code were
+measured 0.87x [0.84, 0.91] apart in a fresh-clone test run (2026-12-02), a FAIL at the default 1.1."""
+
+
 def test_identical_revisions_pass_smoke(planted):
     code, verdicts = _gate(planted, "same", [str(planted[1] / "smoke.toml")], repeats=2, schedule="interleaved",
-                           max_repeats=2)  # fmt: skip
+                           max_repeats=2, thresholds=Thresholds(speed=NO_SPEED_GATE))  # fmt: skip
     (v,) = verdicts.values()
     assert code == 0 and v["returns"] == "identical" and v["identical_seeds"] == 2
-    assert v["speed_verdict"] != "slower" and v["memory_verdict"] != "hungrier" and v["verdict"].startswith("pass")
+    assert v["speed_verdict"] in ("same", "faster") and v["speed_pairs"] == 4  # measured, not gated
+    assert v["memory_verdict"] != "hungrier" and v["verdict"].startswith("pass")
     run = planted[1] / "run-same-interleaved"
     order = [(e["side"], e["repeat"]) for e in map(json.loads, (run / "slots.jsonl").read_text().splitlines())]
     assert order == [("base", 0), ("head", 0), ("head", 1), ("base", 1)]
@@ -643,7 +653,8 @@ def test_ctrl_c_stops_the_gate_and_the_same_command_resumes_smoke(planted):
     out = root / "interrupted"
     argv = [sys.executable, "-m", "suite.cli", "regress", "base", "same", "--study", str(root / "smoke.toml"), "--repeats",
             "2", "--max-repeats", "2", "--schedule", "interleaved", "--deps-env", sys.prefix, "--cache",
-            str(root / "cache"), "-o", str(out), "--quiet", "--no-report"]  # fmt: skip
+            str(root / "cache"), "-o", str(out), "--quiet", "--no-report",
+            "--speed-threshold", str(NO_SPEED_GATE)]  # fmt: skip
     # its own session: Ctrl-C goes to the gate and the revisions' runs (its process group), not to pytest
     proc = subprocess.Popen(argv, cwd=repo, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 600
