@@ -333,22 +333,77 @@ def test_a_budget_short_cell_with_missing_trials_names_what_its_core_hours_are_f
 
 def test_core_hours_are_not_extrapolated_from_runs_that_ended_inside_the_warm_up():
     """SB3's SAC on Hopper collects without training for its first 10,000 steps (~1,000 steps/s here, against
-    ~25-60 once it trains): a 1,024-step smoke run's speed put the zoo's 1M-step cell at 1.4 core-hours instead of
-    days. Runs that ended inside the warm-up give no speed (and the reason says so); runs past it do."""
+    ~25-60 once it trains): a 1,024-step smoke run's speed put the zoo's 1M-step cell at 0.65 core-hours instead of
+    days. Runs that ended inside the warm-up give no training speed (and the reason says so); runs past it do."""
     import pandas as pd
 
-    from suite.claims.reproduce import _training_speeds
+    from suite.claims.reproduce import throughput_of
 
     sac = {"learning_starts": 10_000, "batch_size": 256}
     smoke = pd.DataFrame({"config": [sac, sac], "steps": pd.array([1_024, 1_024], dtype="Int64"),
                           "steps_per_second": [990.0, 961.0]})  # fmt: skip
-    speeds, note = _training_speeds(smoke)
-    assert speeds.size == 0 and "learning_starts 10,000" in note
-    mixed = pd.DataFrame({"config": [sac, json.dumps(sac), {"n_steps": 2048}],
-                          "steps": pd.array([1_024, 50_000, 2_048], dtype="Int64"),
-                          "steps_per_second": [990.0, 48.0, 2_300.0]})  # fmt: skip
-    speeds, note = _training_speeds(mixed)
-    assert speeds.tolist() == [48.0, 2_300.0] and note == ""
+    tp = throughput_of(smoke)
+    assert not tp.known and math.isnan(tp.seconds(1_000_000)) and "learning_starts 10,000" in tp.note
+    assert tp.warmup_sps == pytest.approx(975.5)
+    ppo = pd.DataFrame({"config": [{"n_steps": 2048}] * 2, "steps": pd.array([2_048, 2_048], dtype="Int64"),
+                        "steps_per_second": [2_000.0, 2_400.0]})  # fmt: skip
+    tp = throughput_of(ppo)
+    assert tp.known and tp.warmup == 0 and tp.note == "" and tp.seconds(1_100_000) == pytest.approx(500.0)
+
+
+def test_a_run_across_its_warm_up_is_timed_phase_by_phase():
+    """A 15,000-step SAC run (measured: collection at ~1,000 steps/s to 10,000, then ~22 steps/s) averages 66 steps/s
+    over its whole clock, which would put a 1M-step run at 4.2 h instead of 12. The evaluations' training-clock
+    stamps split the run: the warm-up's speed from the last stamp inside it, training's from the first stamp past it
+    to the end."""
+    import pandas as pd
+
+    from suite.claims.reproduce import throughput_of
+
+    sac = json.dumps({"learning_starts": 10_000})
+    runs = pd.DataFrame({"key": ["a"], "config": [sac], "steps": pd.array([15_000], dtype="Int64"),
+                         "steps_per_second": [15_000 / 225.4]})  # fmt: skip
+    stamps = [1_500, 3_000, 4_500, 6_000, 7_500, 9_000, 10_500, 12_000, 13_500, 15_000]
+    clock = [1.5, 2.9, 4.4, 6.0, 7.5, 9.0, 31.2, 95.2, 159.2, 225.4]
+    evals = pd.DataFrame({"key": "a", "step": stamps, "wall_time_s": clock})
+    tp = throughput_of(runs, evals)
+    assert tp.warmup == 10_000 and tp.warmup_sps == pytest.approx(9_000 / 9.0)
+    assert tp.train_sps == pytest.approx(4_500 / (225.4 - 31.2))
+    assert tp.seconds(1_000_000) == pytest.approx(10.0 + 990_000 / tp.train_sps)
+    assert tp.seconds(5_000) == pytest.approx(5.0)  # a budget inside the warm-up runs at its speed
+    # Without stamps past the warm-up, the end and the warm-up speed still split it.
+    tp = throughput_of(runs, evals[evals["step"] <= 9_000])
+    assert tp.train_sps == pytest.approx(5_000 / (225.4 - 10.0))
+    # Without any stamp: the whole run's speed (all that is known).
+    assert throughput_of(runs).train_sps == pytest.approx(15_000 / 225.4)
+
+
+def test_runs_inside_the_warm_up_borrow_the_training_speed_of_a_longer_run_of_the_same_settings(tmp_path: Path):
+    """A smoke cell of SB3's DQN on Pong (learning_starts 100,000) cannot time training; one ``suite run --steps``
+    past the warm-up at the same algorithm version, config and threads can, and the table says it used it. Runs of
+    other settings are not used."""
+    from suite.claims.reproduce import _from_other_runs, throughput_of
+    from suite.store import ResultsStore
+    from tests.test_store import make_record
+
+    cfg = {"learning_starts": 100_000, "buffer_size": 10_000}
+    stamps = [{"step": s, "final": s == 110_000, "returns": [-21.0], "lengths": [800], "wall_time_s": t}
+              for s, t in ((50_000, 50.0), (100_000, 100.0), (105_000, 150.0), (110_000, 200.0))]  # fmt: skip
+    common = {"algo": "sb3-dqn", "env_id": "ALE/Pong-v5", "env_label": "ALE/Pong-v5", "config": cfg}
+    smoke = [make_record(i, steps=1_024, steps_per_second=1_024 / 1.1, **common) for i in (0, 1)]
+    longer = make_record(2, steps=110_000, steps_per_second=110_000 / 200.0, evals=stamps, **common)
+    other = make_record(3, steps=110_000, steps_per_second=5_000.0, config_hash="another", evals=stamps, **common)
+    with ResultsStore(tmp_path / "r.db") as store:
+        for rec in (*smoke, longer, other):
+            store.save_trial(rec)
+        own_rows = store.trials(keys=[r["key"] for r in smoke])
+        own = throughput_of(own_rows, store.evals(own_rows["key"].tolist()))
+        assert not own.known and own.warmup == 100_000
+        tp = _from_other_runs(store, own_rows, own)
+    assert tp.known and tp.keys == (longer["key"],)
+    assert tp.train_sps == pytest.approx(10_000 / 100.0) and tp.warmup_sps == pytest.approx(1_024 / 1.1)
+    assert tp.note == "training speed from 1 other recorded run of the same settings past the warm-up (110,000 steps)"
+    assert tp.seconds(10_000_000) == pytest.approx(100_000 / (1_024 / 1.1) + 9_900_000 / 100.0)
 
 
 def _committed_tables() -> list[Path]:

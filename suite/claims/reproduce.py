@@ -61,15 +61,12 @@ class ArmResult:
     """Budget each trial ran at."""
     steps_trained: list[int]
     """Distinct ``steps`` of its recorded trials (what was trained; the budget, except for failures)."""
-    steps_per_second: float
-    """Mean training throughput of its ok trials that trained past their warm-up (NaN without any): what the
-    core-hours to settle a cell are extrapolated from."""
+    throughput: Throughput
+    """How fast its trials ran, phase by phase: what the core-hours to settle a cell are extrapolated from."""
     versions: list[str]
     """Distinct ``algo version`` of its recorded trials."""
     curve: str
     """Which training episodes its curve holds: ``whole episodes`` or ``capped at N steps (...)``."""
-    speed_note: str = ""
-    """Why :attr:`steps_per_second` is NaN though trials ran (every run ended inside its warm-up)."""
 
 
 @dataclass
@@ -134,6 +131,8 @@ class _Frames:
     evals: pd.DataFrame
     curves: pd.DataFrame
     updates: pd.DataFrame
+    store: ResultsStore | None = None
+    """Where other runs' speeds are looked up when a cell's own runs all ended inside their warm-up."""
 
     def run_data(self, key: str) -> RunData | None:
         rows = self.trials[self.trials["key"] == key]
@@ -156,7 +155,7 @@ class _Frames:
 
 def _load(store: ResultsStore, keys: Sequence[str]) -> _Frames:
     keys = list(dict.fromkeys(keys))
-    return _Frames(store.trials(keys=keys), store.evals(keys), store.curves(keys), store.updates(keys))
+    return _Frames(store.trials(keys=keys), store.evals(keys), store.curves(keys), store.updates(keys), store)
 
 
 def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budget: int) -> ArmResult:
@@ -167,7 +166,9 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
     values = run_values(metric, runs, cell.params)
     values = values[~np.isnan(values)]
     ok = rows[rows["status"] == "ok"]
-    sps, speed_note = _training_speeds(ok)
+    throughput = throughput_of(ok, frames.evals)
+    if not throughput.known and throughput.warmup and frames.store is not None and not ok.empty:
+        throughput = _from_other_runs(frames.store, ok, throughput)
     return ArmResult(
         arm=arm,
         keys=keys,
@@ -178,36 +179,138 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
         n_missing=len(set(keys) - set(rows["key"])),
         run_budget=run_budget,
         steps_trained=sorted({int(s) for s in rows["steps"].dropna()}),
-        steps_per_second=float(np.nanmean(sps)) if np.isfinite(sps).any() else float("nan"),
+        throughput=throughput,
         versions=sorted({f"{a} {v}" for a, v in zip(rows["algo"], rows["algo_version"], strict=True)}),
         curve=training_curve_label([r.trial.get("metrics") for r in runs]) if metric.training_curve else "",
-        speed_note=speed_note,
     )
 
 
-def _training_speeds(ok: pd.DataFrame) -> tuple[np.ndarray, str]:
-    """Steps/s of the ok trials whose run went past the algorithm's warm-up (``learning_starts`` of the off-policy
-    baselines: until then SB3's SAC/TD3/DQN only collect, ~1,000 steps/s for SAC on Hopper against ~25-60 once it
-    trains, so a smoke run's speed would put a 1M-step run at an hour instead of half a day), and why none if every
-    run ended inside it."""
-    speeds, warmups = [], []
-    for cfg, steps, sps in zip(ok["config"], ok["steps"], ok["steps_per_second"], strict=True):
-        warmup = 0
-        try:
-            warmup = int((json.loads(cfg) if isinstance(cfg, str) else dict(cfg or {})).get("learning_starts") or 0)
-        except (TypeError, ValueError):
-            warmup = 0
-        if warmup and (pd.isna(steps) or int(steps) <= warmup):
-            warmups.append(warmup)
-            continue
-        speeds.append(sps)
-    note = ""
-    if not speeds and warmups:
-        note = (
-            f"every run ended inside the warm-up (learning_starts {max(warmups):,}), so no training speed is recorded; "
+def _warmup(config: Any) -> int:
+    """``learning_starts`` of a trial's config (the off-policy baselines' collection-only start), 0 without one."""
+    try:
+        cfg = json.loads(config) if isinstance(config, str) else dict(config or {})
+        return int(cfg.get("learning_starts") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass
+class Throughput:
+    """Training speed of an arm's runs in its two phases: the warm-up (``learning_starts`` of SB3's SAC/TD3/DQN: they
+    only collect until then, ~1,000 steps/s for SAC on Hopper against ~25-60 once it trains) and training. A run's
+    time at another budget is extrapolated phase by phase, so neither a smoke run inside the warm-up (a 1M-step SAC
+    cell at an hour instead of days) nor a short run just past it (the fast warm-up averaged in) misleads."""
+
+    warmup: int = 0
+    """Steps of collection before the first gradient step (0: training from the start)."""
+    warmup_sps: float = float("nan")
+    """Env steps per training-clock second during the warm-up (NaN: not measured)."""
+    train_sps: float = float("nan")
+    """Env steps per training-clock second once training (NaN: no run went past the warm-up)."""
+    note: str = ""
+    """Where the figures came from when not the cell's own runs, or why they are unknown."""
+    keys: tuple[str, ...] = ()
+    """Other recorded trials the figures came from (written with the table's records)."""
+
+    @property
+    def known(self) -> bool:
+        return math.isfinite(self.train_sps) and self.train_sps > 0
+
+    def seconds(self, budget: int) -> float:
+        """Training seconds of one run at ``budget`` steps (NaN when the training speed is unknown)."""
+        if not self.known:
+            return float("nan")
+        warm = min(budget, self.warmup)
+        warm_sps = self.warmup_sps if math.isfinite(self.warmup_sps) and self.warmup_sps > 0 else self.train_sps
+        return warm / warm_sps + (budget - warm) / self.train_sps
+
+
+def _run_phases(steps: int, train_s: float, warmup: int, points: pd.DataFrame) -> tuple[float, float]:
+    """(warm-up steps/s, training steps/s) of one run from its end (``steps`` in ``train_s`` training seconds) and its
+    evaluations' training-clock stamps ``points`` (columns ``step``, ``wall_time_s``); NaN where not measured."""
+    nan = float("nan")
+    if not (steps > 0 and train_s > 0):
+        return nan, nan
+    if not warmup:
+        return nan, steps / train_s
+    if steps <= warmup:
+        return steps / train_s, nan
+    pts = points.dropna(subset=["wall_time_s"])
+    pts = pts[(pts["step"] > 0) & (pts["wall_time_s"] > 0)]
+    before = pts[pts["step"] <= warmup]
+    warm_sps = float(before["step"].iloc[-1] / before["wall_time_s"].iloc[-1]) if len(before) else nan
+    after = pts[(pts["step"] >= warmup) & (pts["step"] < steps) & (pts["wall_time_s"] < train_s)]
+    if len(after):  # the first stamp at or past the warm-up to the end: training only
+        s0, t0 = float(after["step"].iloc[0]), float(after["wall_time_s"].iloc[0])
+        return warm_sps, (steps - s0) / (train_s - t0)
+    if math.isfinite(warm_sps) and train_s > warmup / warm_sps:
+        return warm_sps, (steps - warmup) / (train_s - warmup / warm_sps)
+    return warm_sps, steps / train_s  # no stamp to split the phases by: the whole run's (too fast by the warm-up)
+
+
+def throughput_of(ok: pd.DataFrame, evals: pd.DataFrame | None = None) -> Throughput:
+    """The phase speeds of ok trials (columns ``key``, ``config``, ``steps``, ``steps_per_second``: steps over the
+    training clock, evaluations excluded), averaged over the runs that measured each phase. ``evals`` (``key``,
+    ``step``, ``wall_time_s``: the training clock at each evaluation) splits a run that crossed its warm-up."""
+    if ok.empty:
+        return Throughput()
+    warmups, warm, train = [], [], []
+    stamps = evals.drop_duplicates(["key", "step"]) if evals is not None and not evals.empty else None
+    for row in ok.itertuples(index=False):
+        steps = 0 if pd.isna(row.steps) else int(row.steps)
+        sps = float(row.steps_per_second)
+        wall = steps / sps if sps > 0 and math.isfinite(sps) else float("nan")  # the training clock
+        warmup = _warmup(row.config)
+        warmups.append(warmup)
+        key = getattr(row, "key", None)
+        points = (
+            stamps[stamps["key"] == key]
+            if stamps is not None and key is not None
+            else pd.DataFrame({"step": [], "wall_time_s": []})
+        )
+        w, t = _run_phases(steps, float(wall), warmup, points)
+        warm.append(w)
+        train.append(t)
+    warm_a, train_a = np.asarray(warm, dtype=float), np.asarray(train, dtype=float)
+    out = Throughput(
+        warmup=max(warmups),
+        warmup_sps=float(np.nanmean(warm_a)) if np.isfinite(warm_a).any() else float("nan"),
+        train_sps=float(np.nanmean(train_a)) if np.isfinite(train_a).any() else float("nan"),
+    )
+    if not out.known and out.warmup:
+        out.note = (
+            f"every run ended inside the warm-up (learning_starts {out.warmup:,}), so no training speed is recorded; "
             "a run past it gives one"
         )
-    return np.asarray(speeds, dtype=float), note
+    return out
+
+
+def _from_other_runs(store: ResultsStore, ok: pd.DataFrame, own: Throughput) -> Throughput:
+    """When every run of an arm ended inside its warm-up: the training speed of other recorded ok runs of the same
+    algorithm version, env, config and threads at any budget (e.g. one ``suite run --steps`` past the warm-up), with
+    the warm-up speed still the arm's own."""
+    first = ok.iloc[0]
+    same = store.trials(algos=str(first["algo"]), envs=str(first["env_id"]), status="ok")
+    for column in ("algo_version", "config_hash", "threads"):
+        same = same[same[column].astype(str) == str(first[column])]
+    same = same[same["env_kwargs"].map(lambda kw: kw == first["env_kwargs"])]
+    same = same[same["steps"].fillna(0).astype(int) > own.warmup]
+    if same.empty:
+        return own
+    other = throughput_of(same, store.evals(same["key"].tolist()))
+    if not other.known:
+        return own
+    n = len(same)
+    return Throughput(
+        warmup=own.warmup,
+        warmup_sps=own.warmup_sps if math.isfinite(own.warmup_sps) else other.warmup_sps,
+        train_sps=other.train_sps,
+        note=(
+            f"training speed from {n} other recorded run{'s' if n > 1 else ''} of the same settings past the warm-up "
+            f"({', '.join(sorted({f'{int(s):,}' for s in same['steps']}))} steps)"
+        ),
+        keys=tuple(same["key"]),
+    )
 
 
 def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, float | None, str]:
@@ -215,11 +318,12 @@ def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, f
     they are unknown (None) if so."""
     tier = next(t for t in TIERS if all(claims.run_budget(cell, a.arm, t) >= cell.budget for a in arms))
     hours = 0.0
+    notes = [f"{a.arm.name}: {a.throughput.note}" for a in arms if a.throughput.note]
     for a in arms:
-        if not math.isfinite(a.steps_per_second) or a.steps_per_second <= 0:
-            return tier, None, (f"core-hours unknown ({a.arm.name}: {a.speed_note})" if a.speed_note else "")
-        hours += len(cell.seeds) * cell.budget / a.steps_per_second / 3600.0
-    return tier, hours, ""
+        if not a.throughput.known:
+            return tier, None, (f"core-hours unknown ({a.arm.name}: {a.throughput.note})" if a.throughput.note else "")
+        hours += len(cell.seeds) * a.throughput.seconds(cell.budget) / 3600.0
+    return tier, hours, ("; ".join(notes) if notes else "")
 
 
 def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEFAULT_REPS, seed: int = 0) -> list[CellResult]:
@@ -260,9 +364,8 @@ def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEF
             reason=judgement.reason, seeds_needed=judgement.seeds_needed, settle_tier=settle_tier, core_hours=hours,
         )  # fmt: skip
         if judgement.verdict == INCONCLUSIVE and judgement.seeds_needed and not short:
-            speeds = [x.steps_per_second for x in arms]
-            if all(math.isfinite(s) and s > 0 for s in speeds):
-                result.core_hours = sum(judgement.seeds_needed * x.run_budget / x.steps_per_second / 3600 for x in arms)
+            if all(x.throughput.known for x in arms):
+                result.core_hours = sum(judgement.seeds_needed * x.throughput.seconds(x.run_budget) / 3600 for x in arms)
         out.append(result)
     return out
 
@@ -321,6 +424,7 @@ def reproduce(
     command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)}"
     changes = verdict_changes(read_previous(out_dir, claims), claims, results)
     write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command, reps=reps)
-    write_records(db_path, out_dir / RECORDS_FILE, expansion.trials)
+    speed_keys = [k for r in results for a in r.arms for k in a.throughput.keys]  # other runs a figure came from
+    write_records(db_path, out_dir / RECORDS_FILE, [*expansion.trials, *speed_keys])
     echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir, changes=changes))
     return results, summary
