@@ -498,14 +498,19 @@ class ResultsStore:
             return 0
         return int(row[0]) if row[0] is not None else 1
 
-    def seconds_per_step(self) -> dict[tuple[str, str], float]:
-        """``{(algo, env_id): wall seconds per trained env step}`` over the ok trials recorded (start-up and
-        evaluations included, so it estimates a whole trial's wall time from its budget)."""
+    def speed_rows(self) -> pd.DataFrame:
+        """The ok trials' timing, for :func:`suite.throughput.trial_times`: columns ``key``, ``algo``, ``env_id``,
+        ``steps`` (int64), ``steps_per_second`` (over the training clock), ``wall_time_s`` (the whole trial's, start-up
+        and evaluations included), ``warmup`` (int64: the config's ``learning_starts``, 0 without one)."""
         rows = self._conn.execute(
-            "SELECT algo, env_id, SUM(wall_time_s), SUM(steps) FROM trials WHERE status = 'ok' AND steps > 0"
-            " AND wall_time_s IS NOT NULL GROUP BY algo, env_id"
+            "SELECT key, algo, env_id, steps, steps_per_second, wall_time_s,"
+            " COALESCE(CAST(json_extract(config, '$.learning_starts') AS INTEGER), 0) FROM trials"
+            " WHERE status = 'ok' AND steps > 0 AND steps_per_second > 0 AND wall_time_s IS NOT NULL"
         ).fetchall()
-        return {(algo, env): wall / steps for algo, env, wall, steps in rows if steps}
+        columns = ["key", "algo", "env_id", "steps", "steps_per_second", "wall_time_s", "warmup"]
+        frame = pd.DataFrame.from_records(rows, columns=columns)
+        return frame.astype({"key": object, "algo": object, "env_id": object, "steps": "int64",
+                             "steps_per_second": "float64", "wall_time_s": "float64", "warmup": "int64"})  # fmt: skip
 
     def failure_summary(self) -> pd.DataFrame:
         """Trials that are not ``ok``, counted per (study, status, failure_kind), for ``suite status``.

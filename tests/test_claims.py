@@ -337,7 +337,7 @@ def test_core_hours_are_not_extrapolated_from_runs_that_ended_inside_the_warm_up
     days. Runs that ended inside the warm-up give no training speed (and the reason says so); runs past it do."""
     import pandas as pd
 
-    from suite.claims.reproduce import throughput_of
+    from suite.throughput import throughput_of
 
     sac = {"learning_starts": 10_000, "batch_size": 256}
     smoke = pd.DataFrame({"config": [sac, sac], "steps": pd.array([1_024, 1_024], dtype="Int64"),
@@ -358,7 +358,7 @@ def test_a_run_across_its_warm_up_is_timed_phase_by_phase():
     to the end."""
     import pandas as pd
 
-    from suite.claims.reproduce import throughput_of
+    from suite.throughput import throughput_of
 
     sac = json.dumps({"learning_starts": 10_000})
     runs = pd.DataFrame({"key": ["a"], "config": [sac], "steps": pd.array([15_000], dtype="Int64"),
@@ -382,8 +382,9 @@ def test_runs_inside_the_warm_up_borrow_the_training_speed_of_a_longer_run_of_th
     """A smoke cell of SB3's DQN on Pong (learning_starts 100,000) cannot time training; one ``suite run --steps``
     past the warm-up at the same algorithm version, config and threads can, and the table says it used it. Runs of
     other settings are not used."""
-    from suite.claims.reproduce import _from_other_runs, throughput_of
+    from suite.claims.reproduce import _from_other_runs
     from suite.store import ResultsStore
+    from suite.throughput import throughput_of
     from tests.test_store import make_record
 
     cfg = {"learning_starts": 100_000, "buffer_size": 10_000}

@@ -313,6 +313,40 @@ def test_the_plan_says_which_trials_its_time_estimate_leaves_out():
     assert whole.describe().endswith("about 2.0 h of trial time in all")
 
 
+def test_the_time_estimate_adds_a_trials_fixed_cost_and_times_a_warm_up_apart(tmp_path):
+    """A smoke run is mostly start-up and evaluations (a 1,024-step Pong trial: ~60 s, 10 whole games), so a rate per
+    step put a 10M-step run at days too many; and SB3's DQN collects 100,000 steps at ~1,000 steps/s before it trains
+    at a tenth of that, so its smoke runs say nothing about training. The estimate is a trial's fixed cost plus its
+    training time phase by phase; a budget past a warm-up no run crossed is left out (and counted)."""
+    from suite.executors import make_plan
+    from tests.test_store import make_record
+
+    ppo = make_record(0, algo="ppo", env_id="ALE/Pong-v5", steps=1_000, steps_per_second=100.0, wall_time_s=70.0)
+    dqn_cfg = {"learning_starts": 100_000}
+    dqn_smoke = make_record(1, algo="sb3-dqn", env_id="ALE/Pong-v5", config=dqn_cfg, steps=1_000,
+                            steps_per_second=1_000.0, wall_time_s=31.0)  # fmt: skip
+    db = tmp_path / "r.db"
+    with ResultsStore(db) as store:
+        store.save_trial(ppo)
+        store.save_trial(dqn_smoke)
+    specs = [TrialSpec("ppo", "ALE/Pong-v5", seed=0, total_timesteps=1_000_000),
+             TrialSpec("sb3-dqn", "ALE/Pong-v5", seed=0, total_timesteps=50_000),
+             TrialSpec("sb3-dqn", "ALE/Pong-v5", seed=1, total_timesteps=1_000_000)]  # fmt: skip
+    plan = make_plan(specs, db_path=db, workers=1)
+    # ppo: 60 s fixed + 1M / 100; sb3-dqn at 50k: 30 s + 50k at its warm-up's 1,000/s; at 1M: unknown
+    assert plan.estimate_s == pytest.approx((60.0 + 10_000.0) + (30.0 + 50.0)) and plan.unestimated == 1
+    stamps = [{"step": s, "final": s == 120_000, "returns": [-21.0], "lengths": [800], "wall_time_s": t}
+              for s, t in ((100_000, 100.0), (120_000, 300.0))]  # fmt: skip
+    longer = make_record(2, algo="sb3-dqn", env_id="ALE/Pong-v5", config=dqn_cfg, steps=120_000,
+                         steps_per_second=400.0, wall_time_s=330.0, evals=stamps)  # fmt: skip
+    with ResultsStore(db) as store:
+        store.save_trial(longer)
+    plan = make_plan(specs[2:], db_path=db, workers=1)
+    # fixed cost: the mean of 30 and 30 s; warm-up at the mean of 1,000/s (smoke) and 1,000/s (100k in 100 s); then
+    # 20k steps in 200 s: 100 steps/s
+    assert plan.estimate_s == pytest.approx(30.0 + 100.0 + 900_000 / 100.0) and plan.unestimated == 0
+
+
 def test_oom_kills_are_told_from_other_deaths(tmp_path, monkeypatch):
     import suite.executors.common as common
 

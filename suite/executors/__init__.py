@@ -26,6 +26,7 @@ from suite.errors import UserError
 from suite.executors.common import Backend, Policy, RunSummary, Task, default_trial_timeout, drive, worker_count
 from suite.interrupts import Interrupted, deferred_interrupts, raising_interrupts
 from suite.store import ResultsStore
+from suite.throughput import TrialTime, trial_times
 from suite.trial import ResolvedTrial, TrialSpec
 
 __all__ = [
@@ -180,21 +181,23 @@ def make_plan(
 
     ``recorded``: how many more trials the command names that are already recorded (None: not checked).
 
-    The estimate takes each (algorithm, env)'s recorded wall seconds per trained step (all its ok trials, so
-    start-up and evaluations are included), times the budget, divided over ``workers``.
+    The estimate models each (algorithm, env) from its recorded ok trials (:func:`suite.throughput.trial_times`: a
+    trial's fixed cost, start-up and evaluations, plus its training time at the budget, the off-policy baselines'
+    warm-up and training timed apart), summed and divided over ``workers``. A trial whose (algorithm, env) has no
+    recorded run, or none past a warm-up its budget goes beyond, is left out and counted.
     """
-    speeds: dict[tuple[str, str], float] = {}
+    models: dict[tuple[str, str], TrialTime] = {}
     if db_path is not None and db_path.exists():
         with ResultsStore(db_path, create=False) as store:
-            speeds = store.seconds_per_step()
+            models = trial_times(store)
     seconds, unestimated = 0.0, 0
     for spec in specs:
-        algo = _canonical(spec.algo)
-        rate = speeds.get((algo, spec.env_id))
-        if rate is None:
-            unestimated += 1
+        model = models.get((_canonical(spec.algo), spec.env_id))
+        trial_s = model.seconds(spec.total_timesteps) if model is not None else float("nan")
+        if math.isfinite(trial_s):
+            seconds += trial_s
         else:
-            seconds += rate * spec.total_timesteps
+            unestimated += 1
     known = len(specs) - unestimated
     return Plan(
         trials=len(specs) + (recorded or 0),
