@@ -207,7 +207,7 @@ def _from_other_runs(store: ResultsStore, ok: pd.DataFrame, own: Throughput) -> 
         train_sps=other.train_sps,
         note=(
             f"training speed from {n} other recorded run{'s' if n > 1 else ''} of the same settings past the warm-up "
-            f"({', '.join(sorted({f'{int(s):,}' for s in same['steps']}))} steps)"
+            f"({', '.join(f'{s:,}' for s in sorted({int(s) for s in same['steps']}))} steps)"
         ),
         keys=tuple(same["key"]),
     )
