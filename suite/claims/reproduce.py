@@ -214,8 +214,9 @@ def _from_other_runs(store: ResultsStore, ok: pd.DataFrame, own: Throughput) -> 
 
 
 def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, float | None, str]:
-    """The first tier that runs every arm at the claim's budget, the core-hours it needs (recorded speeds), and why
-    they are unknown (None) if so."""
+    """The first tier that runs every arm at the claim's budget, the core-hours it needs (recorded speeds, phase by
+    phase), and a note: why they are unknown (None), or where an arm's training speed came from when not its own runs
+    ("" when neither)."""
     tier = next(t for t in TIERS if all(claims.run_budget(cell, a.arm, t) >= cell.budget for a in arms))
     hours = 0.0
     notes = [f"{a.arm.name}: {a.throughput.note}" for a in arms if a.throughput.note]
