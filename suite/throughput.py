@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from suite.store import ResultsStore
 
 
 def warmup_of(config: Any) -> int:
@@ -86,8 +89,8 @@ def _run_phases(steps: int, train_s: float, warmup: int, points: pd.DataFrame) -
 def throughput_of(ok: pd.DataFrame, evals: pd.DataFrame | None = None) -> Throughput:
     """The phase speeds of ok trials (columns ``key``, ``steps``, ``steps_per_second``: steps over the training
     clock, evaluations excluded; ``warmup`` or the ``config`` it is read from), averaged over the runs that measured
-    each phase. ``evals`` (``key``,
-    ``step``, ``wall_time_s``: the training clock at each evaluation) splits a run that crossed its warm-up."""
+    each phase. ``evals`` (``key``, ``step``, ``wall_time_s``: the training clock at each evaluation) splits a run
+    that crossed its warm-up."""
     if ok.empty:
         return Throughput()
     warmups, warm, train = [], [], []
@@ -135,7 +138,7 @@ class TrialTime:
         return self.overhead_s + self.throughput.seconds(budget)
 
 
-def trial_times(store: Any) -> dict[tuple[str, str], TrialTime]:
+def trial_times(store: ResultsStore) -> dict[tuple[str, str], TrialTime]:
     """``{(algo, env_id): TrialTime}`` from the ok trials a :class:`suite.store.ResultsStore` holds."""
     rows = store.speed_rows()
     out: dict[tuple[str, str], TrialTime] = {}
