@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget)")
     p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7 (default: the set's; fewer seeds stay inconclusive)")
     p.add_argument("--row", action="append", help="only this row (its label or env id; repeatable): run and judge it alone")
+    p.add_argument(
+        "--column", action="append",
+        help="only this column (its label, or an arm's label or algorithm id, e.g. ppo; repeatable)",
+    )  # fmt: skip
     p.add_argument("-o", "--output", help="output folder (default: reports/claims/<set>/)")
     p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
@@ -310,6 +314,10 @@ def _claim_sets() -> list[dict[str, Any]]:
     return out
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from suite.claims import load_claim_set
     from suite.claims.reproduce import reproduce
@@ -318,14 +326,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     options = _exec_options(args, on_finish=None)
     options.check()
-    claims = load_claim_set(args.claimset).select_rows(args.row or ())
+    claims = load_claim_set(args.claimset).select_rows(args.row or ()).select_columns(args.column or ())
     seeds = parse_seeds(args.seeds) if args.seeds else None
     out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
-    if args.row and not args.output:  # a part of the table never overwrites the whole one
-        out = out / ("rows-" + "-".join(re.sub(r"[^a-z0-9]+", "-", r.lower()).strip("-") for r in claims.rows))
+    if (args.row or args.column) and not args.output:  # a part of the table never overwrites the whole one
+        parts = [("rows", claims.rows)] if args.row else []
+        parts += [("columns", args.column)] if args.column else []
+        out = out / "-".join(f"{kind}-{'-'.join(_slug(x) for x in names)}" for kind, names in parts)
     words = ["suite", "reproduce", args.claimset]
     for row in args.row or ():
         words += ["--row", row]
+    for column in args.column or ():
+        words += ["--column", column]
     for flag, value in (("--tier", args.tier), ("--seeds", args.seeds), ("--db", args.db), ("-o", args.output)):
         if value is not None:
             words += [flag, str(value)]

@@ -224,6 +224,31 @@ def test_a_row_selection_judges_that_row_alone_and_never_overwrites_the_whole_ta
     assert set(part) < set(full) and len(part) == 15
 
 
+def test_a_column_selection_judges_that_arms_cells_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "db.sqlite"
+    ResultsStore(db).close()
+    monkeypatch.chdir(tmp_path)
+    argv = ["reproduce", "zoo-benchmark", "--row", "Hopper-v5", "--column", "ppo", "--db", str(db), "--no-run"]
+    assert main(argv) == 0
+    out = tmp_path / "reports" / "claims" / "zoo-benchmark" / "rows-ppo-hopper-v3-columns-ppo"
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    assert [(c["row"], c["column"]) for c in verdicts["cells"]] == [("ppo Hopper-v3", "suite ppo")]
+    assert "--row Hopper-v5 --column ppo" in verdicts["command"]
+    assert (
+        "Columns run and judged: suite ppo (1 of the set's 5 cells, selected with --column)."
+        in (out / "report.md").read_text()
+    )
+    # a column label, an arm's label and its algorithm id select the same cells, whose trials are the set's own
+    full = load_claim_set("zoo-benchmark")
+    by_algo = full.select_columns(["PPO"]).cells
+    assert by_algo == full.select_columns(["suite ppo"]).cells
+    assert {c.arm.algo for c in by_algo} == {"ppo"} and len(by_algo) == 4
+    assert set(full.select_columns(["sb3-ppo"]).expand("smoke").trials) < set(full.expand("smoke").trials)
+    # a comparison cell stays when either of its arms is named
+    gains = load_claim_set("seed004-table").select_columns(["ppo-rlvr-prm"]).cells
+    assert {c.column for c in gains} == {"GRPO", "gain"}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -232,6 +257,10 @@ def test_a_row_selection_judges_that_row_alone_and_never_overwrites_the_whole_ta
         (["reproduce", "seed004-table", "--seeds", "4-1"], "suite: error: bad seed range"),
         (["reproduce", "seed004-table", "--no-run"], "suite: error: no results database at"),
         (["reproduce", "seed004-table", "--row", "Walker"], "suite: error: claim set 'seed004-table' has no row 'Walker'"),
+        (
+            ["reproduce", "zoo-benchmark", "--column", "impala"],
+            "suite: error: claim set 'zoo-benchmark' has no column or arm 'impala'; its columns: Stable-Baselines3 class",
+        ),
     ],
 )
 def test_a_users_mistake_is_one_line_and_exit_2(

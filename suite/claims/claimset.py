@@ -275,6 +275,40 @@ class ClaimSet:
         note = f"Rows run and judged: {', '.join(chosen)} ({len(chosen)} of the set's {len(self.rows)}, selected with --row)."
         return replace(self, cells=tuple(c for c in self.cells if c.row in keep), notes=(*self.notes, note))
 
+    def select_columns(self, selectors: Sequence[str]) -> ClaimSet:
+        """The same set with only the cells of the columns named by ``selectors`` (a column label, or the label,
+        name or algorithm id of the arm a cell measures, case-insensitive): one column of a table run and judged
+        alone, e.g. the suite's own ``ppo`` beside the published library's class, whose trials may cost several
+        times more. A comparison cell is kept when either of its arms is named. Trial keys do not depend on the set.
+
+        Raises:
+            UserError: a selector that names no column or arm (the columns and arms are listed).
+        """
+        if not selectors:
+            return self
+        keep: set[tuple[str, str]] = set()
+        for sel in selectors:
+            s = sel.strip().lower()
+            hits = {
+                (c.row, c.column)
+                for c in self.cells
+                if s == c.column.lower() or any(s in (a.label.lower(), a.name.lower(), a.algo.lower()) for a in c.arms)
+            }
+            if not hits:
+                arms = sorted({f"{a.label} ({a.algo})" for c in self.cells for a in c.arms})
+                raise UserError(
+                    f"claim set {self.name!r} has no column or arm {sel!r}; its columns: {'; '.join(self.columns)}; "
+                    f"its arms: {'; '.join(arms)}"
+                )
+            keep |= hits
+        cells = tuple(c for c in self.cells if (c.row, c.column) in keep)
+        chosen = list(dict.fromkeys(c.column for c in cells))
+        note = (
+            f"Columns run and judged: {', '.join(chosen)} ({len(cells)} of the set's {len(self.cells)} cells, "
+            "selected with --column)."
+        )
+        return replace(self, cells=cells, notes=(*self.notes, note))
+
     def _row_env(self, row: str) -> str:
         return next(c.env_id for c in self.cells if c.row == row)
 
