@@ -67,11 +67,13 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
     Returns:
         A JSON-able dict with keys ``format_version``, ``suite_version``, ``git_commit`` (hex or None),
         ``git_dirty`` (bool or None), ``packages`` ({distribution: version or None}), ``python_version``,
-        ``python_implementation``, ``platform``, ``cpu_model`` (str or None), ``cpu_count`` (logical CPUs
-        in the machine), ``cpu_count_usable`` (CPUs this process may run on: affinity / container limit),
-        ``torch_threads``, ``hostname``, and from :func:`suite.plugins.provenance_of`: ``algo_plugin`` and
-        ``env_plugin`` (``{name, version, kind, source, sha256}`` of the plugin providing the algorithm / env
-        spec, None for the suite's own) and ``plugins`` (every plugin loaded in the process).
+        ``python_implementation``, ``platform``, ``cpu_model`` (str or None), ``cpu_capability`` (the vector
+        instruction set torch's CPU kernels dispatch to: ``AVX512``, ``AVX2``, ``DEFAULT``...; str or None),
+        ``cpu_count`` (logical CPUs in the machine), ``cpu_count_usable`` (CPUs this process may run on:
+        affinity / container limit), ``torch_threads``, ``hostname``, and from
+        :func:`suite.plugins.provenance_of`: ``algo_plugin`` and ``env_plugin`` (``{name, version, kind,
+        source, sha256}`` of the plugin providing the algorithm / env spec, None for the suite's own) and
+        ``plugins`` (every plugin loaded in the process).
     """
     from suite.plugins import provenance_of
 
@@ -86,6 +88,7 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         "python_implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),
+        "cpu_capability": _cpu_capability(),
         "cpu_count": os.cpu_count(),
         "cpu_count_usable": _usable_cpu_count(),
         "torch_threads": int(threads),
@@ -147,6 +150,22 @@ def _package_versions() -> tuple[tuple[str, str | None], ...]:
         except importlib.metadata.PackageNotFoundError:
             versions.append((name, None))
     return tuple(versions)
+
+
+@functools.cache
+def _cpu_capability() -> str | None:
+    """The instruction set torch's CPU kernels run with here (``torch.backends.cpu.get_cpu_capability()``).
+
+    Two machines with the same ``cpu_model`` text ("Intel(R) Xeon(R) Processor" on many virtual machines) can
+    differ in it, and it decides which kernels compute a trial's floats and how fast: speed ratios measured on an
+    AVX-512 machine and an AVX2 one are not the same measurement.
+    """
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 - provenance must never fail a trial
+        return None
 
 
 @functools.cache

@@ -41,6 +41,9 @@ def test_collect_provenance_has_every_field_with_expected_values() -> None:
     assert info["cpu_count"] >= 1
     assert 1 <= info["cpu_count_usable"] <= info["cpu_count"]
     assert info["cpu_model"] is None or (isinstance(info["cpu_model"], str) and not info["cpu_model"].isdigit())
+    import torch
+
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     # The record goes into the results database as JSON.
     assert json.loads(json.dumps(info)) == info
 

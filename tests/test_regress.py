@@ -430,6 +430,13 @@ def test_reference_round_trip_and_machine_check(tmp_path):
     pd.testing.assert_frame_equal(ref.runs[runs.columns].fillna("-"), runs.fillna("-"), check_dtype=False)
     assert ref.machine_mismatch(machine) is None
     assert "another machine" in str(ref.machine_mismatch({"cpu_model": "Y", "cpu_count_usable": 2}))
+    # the instruction set counts where both sides recorded it (a reference made before it was recorded has none)
+    assert ref.machine_mismatch({**machine, "cpu_capability": "AVX512"}) is None
+    write_reference(tmp_path / "ref2", runs=runs, studies={"regression": "name = 'regression'\n"}, commit="c" * 40,
+                    key="k" * 64, repeats=2, machine={**machine, "cpu_capability": "AVX2"}, packages={"torch": "2"},
+                    suite_version="0.1.0")  # fmt: skip
+    mismatch = Reference(tmp_path / "ref2").machine_mismatch({**machine, "cpu_capability": "AVX512"})
+    assert "cpu_capability: AVX2 vs AVX512" in str(mismatch)
     assert "suite regress --write-reference" in (tmp_path / "ref" / "README.md").read_text()
     with pytest.raises(UserError, match="--write-reference"):
         Reference(tmp_path / "nothing")

@@ -301,5 +301,5 @@ def machine() -> dict[str, object]:
     from suite.provenance import collect_provenance
 
     prov = collect_provenance(1)
-    keep = ("cpu_model", "cpu_count", "cpu_count_usable", "platform", "python_version", "hostname")
+    keep = ("cpu_model", "cpu_capability", "cpu_count", "cpu_count_usable", "platform", "python_version", "hostname")
     return {**{k: prov[k] for k in keep}, "load_average_1min": _load()}
