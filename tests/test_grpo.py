@@ -321,9 +321,14 @@ def test_determinism_records_and_parameters(tmp_path) -> None:
 
 
 def test_learns_to_write_hello() -> None:
-    rec = run_trial(TrialSpec("grpo", "TextMatch-v0", 0, 20_000).resolve())
-    assert rec["status"] == "ok", rec["error"]
-    assert rec["final_eval_mean"] == pytest.approx(5.0)
+    # Across seeds, not of one: a seed's outcome can move with the CPU's instruction set (float rounding; see
+    # test_grpo_pairwise.test_writes_hello). On an AVX-512 Xeon, seeds 0-9 at 20,000 steps: 8 of 10 write 'hello'.
+    finals = []
+    for seed in range(10):
+        rec = run_trial(TrialSpec("grpo", "TextMatch-v0", seed, 20_000).resolve())
+        assert rec["status"] == "ok", rec["error"]
+        finals.append(rec["final_eval_mean"])
+    assert sum(f == pytest.approx(5.0) for f in finals) >= 6, finals
 
 
 def test_learns_cartpole_ci_sized() -> None:
