@@ -92,10 +92,11 @@ class Reference:
     def machine_mismatch(self, machine: dict[str, Any]) -> str | None:
         """Why timings of this machine and the reference's are not comparable, or None."""
         theirs = self.provenance.get("machine", {})
-        # cpu_capability only where both recorded it (references made before it was recorded stay comparable)
         diffs = [k for k in ("cpu_model", "cpu_count_usable") if theirs.get(k) != machine.get(k)]
-        if theirs.get("cpu_capability") and machine.get("cpu_capability"):
-            diffs += [k for k in ("cpu_capability",) if theirs.get(k) != machine.get(k)]
+        # the instruction set only where both recorded it (a reference made before it was recorded stays comparable)
+        ours, their_isa = machine.get("cpu_capability"), theirs.get("cpu_capability")
+        if ours and their_isa and ours != their_isa:
+            diffs.append("cpu_capability")
         if not diffs:
             return None
         return (
