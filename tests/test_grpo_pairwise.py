@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from suite.algorithms.grpo_pairwise import pairwise_group_losses, trajectory_log_weights
-from suite.trial import TrialSpec, deterministic_view, run_trial
+from suite.algorithms.grpo_pairwise import PairwiseTrainer, flatten_episodes, pairwise_group_losses, trajectory_log_weights
+from suite.config import config_identity
+from suite.trial import TrialContext, TrialSpec, deterministic_view, run_trial
 
 # Document 003's defaults plateau on TextMatch "hello" (the policy writes "lllll", then "helll": one scalar
 # input barely separates the positions); inside the document's own troubleshooting ranges for temperature
@@ -130,3 +131,55 @@ def test_learns_cartpole():
     rec = run_trial(TrialSpec("grpo-pairwise", "CartPole-v1", 1, 30_000).resolve())
     assert rec["status"] == "ok", rec["traceback"]
     assert rec["final_eval_mean"] >= 150.0  # random ~22
+
+
+@pytest.mark.parametrize(
+    ("env_id", "overrides"),
+    [
+        ("CartPole-v1", {}),
+        ("TextMatch-v0", {}),
+        ("Hopper-v5", {"max_episode_steps": 40}),  # a Gaussian head (log std gradient too), normalised observations
+        ("CartPole-v1", {"n_trajectories": 12, "group_size": 3, "n_epochs": 2}),  # 4 groups, a second epoch at ratio != 1
+    ],
+)
+def test_hand_derived_update_equals_autograds(env_id, overrides):
+    """The update by hand (the default since 1.4.0) takes the autograd path's step (``hand_derived = false``) within
+    float rounding: the gradient, the per-group gradients' variance and every metric, from the same batch and
+    parameters, with the same random groups."""
+    results = []
+    for hand in (False, True):
+        resolved = TrialSpec("grpo-pairwise", env_id, 3, 10_000, overrides={**overrides, "hand_derived": hand}).resolve()
+        torch.manual_seed(0)  # the same initial network and the same sampled batch
+        trainer = PairwiseTrainer(TrialContext(resolved), resolved.config)
+        assert (trainer.kernel is not None) and resolved.config.hand_derived == hand
+        batch = flatten_episodes(trainer.collector.collect(2_000).complete_groups())
+        torch.manual_seed(11)  # the random groups
+        before = trainer.stepper.flat.data.clone()
+        metrics = trainer.update(batch, progress=0.5)
+        grad = trainer.stepper.flat.grad.clone()  # the last epoch's gradient, clipped as the step used it
+        results.append((metrics, grad, trainer.stepper.flat.data - before))
+        for envs in trainer.ctx._envs:
+            envs.close()
+    (m0, g0, d0), (m1, g1, d1) = results
+    assert set(m0) == set(m1)
+    for name in m0:
+        assert m1[name] == pytest.approx(m0[name], rel=1e-4, abs=1e-7), name
+    assert m0["grad_var"] > 0 and m0["grad_norm"] > 0
+    torch.testing.assert_close(g1, g0, rtol=1e-4, atol=1e-7)
+    # Adam's first step is ~ lr * g / (|g| + eps) per entry: where a gradient entry is at eps's scale, rounding moves
+    # the step by up to a percent of lr (1e-3)
+    torch.testing.assert_close(d1, d0, rtol=1e-3, atol=1e-5)
+
+
+def test_hand_derived_is_part_of_the_key_and_image_observations_take_autograd():
+    on, off = (TrialSpec("grpo-pairwise", "CartPole-v1", 0, 100, overrides={"hand_derived": h}) for h in (True, False))
+    on, off = on.resolve(), off.resolve()
+    assert on.key != off.key and config_identity(on.config)["hand_derived"] is True
+    # Pong's Nature CNN has no kernel: the update stays on autograd whatever the option says
+    resolved = TrialSpec("grpo-pairwise", "ALE/Pong-v5", 0, 1_000, overrides={"max_episode_steps": 8}).resolve()
+    trainer = PairwiseTrainer(TrialContext(resolved), resolved.config)
+    assert trainer.kernel is None and resolved.config.hand_derived
+    metrics = trainer.update(flatten_episodes(trainer.collector.collect(64).complete_groups()), progress=0.0)
+    assert metrics["grad_norm"] > 0 and metrics["episodes"] == 8
+    for envs in trainer.ctx._envs:
+        envs.close()

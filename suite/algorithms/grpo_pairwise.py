@@ -33,12 +33,18 @@ Deviations from the document's code, each for a stated reason:
   construction; the logged ``grad_var`` is the variance of the per-GROUP gradients of the pairwise loss
   (each group is an independent sample of the loss, the role minibatches play elsewhere).
 
+Since version 1.4.0 the update is taken by hand in the shared core (``hand_derived``, :meth:`PairwiseTrainer.
+hand_derived_step`): the loss's derivative per step's log-probability and entropy, one backward pass of the
+policy MLP per group (for ``grad_var``) and one for the whole loss, instead of three autograd passes; the same step
+up to float rounding (tested), image observations keep autograd.
+
 Nearest published relatives: pairwise policy gradients, P3O (Wu et al. 2023, arXiv 2310.00212), and ranking
 losses on sampled responses, RRHF (Yuan et al. 2023, arXiv 2304.05302).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.algorithms.core import GradientStepper, attach_clock, net_config
+from suite.algorithms.core import Diverged, GradientStepper, attach_clock, net_config
 from suite.algorithms.fused import kernel_for
 from suite.algorithms.grpo import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
@@ -94,6 +100,11 @@ class PairwiseConfig:
     early_stop_fraction: float | None = None
     """Stop training once a batch's mean return reaches this fraction of the env's maximum (document: 0.95);
     None = off (the suite's default, see the module docstring). Needs an env with a known maximum."""
+    hand_derived: bool = True
+    """Take the loss's derivatives by hand in the shared core (:class:`suite.algorithms.fused.PolicyKernel`: one
+    forward, one backward pass per group and one for the whole loss, no autograd graph); ``false`` is the autograd
+    path of versions up to 1.3.0, which image observations (the Nature CNN) always take. The two agree up to float
+    rounding (tests compare the gradient, the per-group gradients and the metrics)."""
     vectorization: str = "sync"
     """How the sub-envs are vectorised: sync or async (each trajectory is reset with its own seed, which the
     CartPole numpy fast path cannot do)."""
@@ -202,10 +213,10 @@ class PairwiseTrainer:
         self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
+        self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference and (hand_derived) update
         self.collector = EpisodeGroupCollector(
-            ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap,
-            kernel=kernel_for(self.policy, self.stepper.flat),  # hand-derived inference; the update stays on autograd
-        )  # fmt: skip
+            ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap, kernel=self.kernel
+        )
         self.clock: Any = attach_clock(ctx, self)
         self.collector.clock = self.clock
         self.stop_at: float | None = None
@@ -239,8 +250,7 @@ class PairwiseTrainer:
         logp, entropy, _, _ = self.policy.evaluate_actions(batch.obs, batch.actions)
         log_ratio = logp - batch.log_probs
         log_w = trajectory_log_weights(log_ratio, batch.episode, batch.lengths)
-        n = batch.lengths.shape[0]  # n_trajectories, or fewer (whole groups) in the batch cut by the budget
-        groups = torch.randperm(n)[: n - n % cfg.group_size].reshape(-1, cfg.group_size)
+        groups = self.shuffled_groups(batch.lengths.shape[0])  # fewer than n_trajectories in a batch cut by the budget
         group_losses = pairwise_group_losses(log_w, batch.returns, groups, cfg.temperature)
         loss = group_losses.mean() - cfg.ent_coef * entropy.mean()
         metrics = {
@@ -261,12 +271,78 @@ class PairwiseTrainer:
         stacked = torch.stack(flats)
         return float(stacked.square().sum(1).mean() - stacked.mean(0).square().sum())
 
+    def shuffled_groups(self, n: int) -> torch.Tensor:
+        """``(G, group_size)`` episode indices: a fresh random partition (whole groups only) of ``n`` episodes."""
+        k = self.cfg.group_size
+        return torch.randperm(n)[: n - n % k].reshape(-1, k)
+
+    def hand_derived_step(self, batch: EpisodeBatch) -> tuple[float, dict[str, float]]:
+        """One epoch of the loss by hand: fill the parameters' gradients, return (group-gradient variance, metrics).
+
+        ``L = mean_g L_g - c mean_t H_t`` with ``L_g`` of :func:`pairwise_group_losses`. Per episode ``i`` of group
+        ``g`` (``k`` episodes): ``dL_g/dlog w_i = sum_{j != i} (c_ij - c_ji) / (k (k - 1))``; per step ``t`` of episode
+        ``i``: ``dlog w_i / dlog pi_t = rho_t / sum_{t' in i} rho_t'`` with ``rho = pi / pi_old``. The kernel turns
+        ``dL/dlog pi_t`` and ``dL/dH_t = -c / S`` into the parameters' gradient; each group's gradient alone (for
+        ``grad_var``) is one more backward pass of its ``dL_g/dlog pi``.
+        """
+        cfg, kernel, flat = self.cfg, self.kernel, self.stepper.flat
+        assert kernel is not None
+        logp, entropy, _, state = kernel.evaluate(batch.obs, batch.actions, need_values=False)
+        episode, lengths = batch.episode.numpy(), batch.lengths.numpy()
+        log_ratio = logp - batch.log_probs.numpy()
+        rho = np.exp(log_ratio)
+        rho_sum = np.zeros(lengths.shape[0], dtype=rho.dtype)
+        np.add.at(rho_sum, episode, rho)
+        log_w = np.log(rho_sum / lengths.astype(rho.dtype))
+        groups = self.shuffled_groups(lengths.shape[0]).numpy()
+        k = groups.shape[1]
+        r = batch.returns.numpy()[groups]
+        coef = np.logaddexp(0.0, -(r[:, :, None] - r[:, None, :]) / cfg.temperature).astype(rho.dtype)
+        coef *= 1.0 - np.eye(k, dtype=coef.dtype)  # ordered pairs i != j only
+        lw = log_w[groups]
+        group_losses = (coef * (lw[:, :, None] - lw[:, None, :])).sum((1, 2)) / (k * (k - 1))
+        d_log_w = np.zeros((groups.shape[0], lengths.shape[0]), dtype=rho.dtype)  # dL_g / dlog w_i
+        np.put_along_axis(d_log_w, groups, (coef.sum(2) - coef.sum(1)) / (k * (k - 1)), axis=1)
+        d_logp_groups = d_log_w[:, episode] * (rho / rho_sum[episode])  # (G, S): dL_g / dlog pi_t
+        loss = float(group_losses.mean() - cfg.ent_coef * entropy.mean())
+        if not math.isfinite(loss):
+            raise Diverged(f"non-finite loss {loss}")
+        clock = self.clock
+        if clock is not None:
+            clock.lap("forward", int(episode.shape[0]))
+        grads = torch.empty(groups.shape[0], flat.grad.shape[0])
+        for g in range(groups.shape[0]):
+            kernel.backward(state, d_logp_groups[g], None, None)
+            grads[g].copy_(flat.grad)
+        group_var = float(grads.square().sum(1).mean() - grads.mean(0).square().sum())
+        if clock is not None:
+            clock.lap("group_gradients")
+        kernel.backward(state, d_logp_groups.mean(0), -cfg.ent_coef / episode.shape[0], None)  # dL/dH_t = -c/S
+        metrics = {
+            "pairwise_loss": float(group_losses.mean()),
+            "entropy": float(entropy.mean()),
+            "approx_kl": float((batch.log_probs.numpy() - logp).mean()),  # the document's monitor
+            "log_w_abs_max": float(np.abs(log_w).max()),
+        }
+        return group_var, metrics
+
     def update(self, batch: EpisodeBatch, progress: float) -> dict[str, float]:
         lr = self.stepper.begin_update(progress)
         sums: dict[str, float] = {}
         group_vars = []
         clock = self.clock
         for _ in range(self.cfg.n_epochs):
+            if self.kernel is not None and self.cfg.hand_derived:
+                group_var, metrics = self.hand_derived_step(batch)
+                group_vars.append(group_var)
+                if clock is not None:
+                    clock.lap("backward")
+                self.stepper.apply()
+                if clock is not None:
+                    clock.lap("optimizer")
+                for name, value in metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value
+                continue
             loss, group_losses, m = self.loss(batch)
             if clock is not None:
                 clock.lap("forward", int(batch.episode.shape[0]))
@@ -299,7 +375,7 @@ class PairwiseTrainer:
 
 @register(
     "grpo-pairwise",
-    version="1.3.0",
+    version="1.4.0",
     summary="Pairwise logistic comparison of returns within random groups of trajectories (document 003's 'GRPO')",
     reference=(
         "003_1e009463e86a4a6d.txt ('Group Relative Policy Optimization', pairwise form; not DeepSeekMath GRPO); "
