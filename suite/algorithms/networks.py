@@ -70,19 +70,19 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
 
-    @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         """Fold a batch ``x: (B, *shape)`` into the statistics."""
         x64 = x.numpy().astype(np.float64)
-        b_mean, b_count = x64.mean(0), x.shape[0]
+        b_count = x64.shape[0]
+        b_mean = np.add.reduce(x64, 0) / b_count  # numpy's mean, summing the rows in order: torch's mean, bit for bit
         b_var = torch.from_numpy(x64).var(0, unbiased=False).numpy()
-        mean, var, count = self.mean.numpy(), self.var.numpy(), self.count.numpy()
+        mean, var, count = self.mean.numpy(), self.var.numpy(), self.count.item()  # a Python float: IEEE double
         delta = b_mean - mean
         tot = count + b_count
         mean += delta * b_count / tot
         m2 = var * count + b_var * b_count + np.square(delta) * count * b_count / tot
         np.divide(m2, tot, out=var)
-        count[...] = tot
+        self.count.numpy()[...] = tot
 
     def normalize(self, x: torch.Tensor, clip: float = 10.0) -> torch.Tensor:
         """``clip((x - mean) / sqrt(var + 1e-8), -clip, clip)`` as float32 (computed in float64)."""
