@@ -276,6 +276,20 @@ class PairwiseTrainer:
         k = self.cfg.group_size
         return torch.randperm(n)[: n - n % k].reshape(-1, k)
 
+    def autograd_step(self, batch: EpisodeBatch) -> tuple[float, dict[str, float]]:
+        """One epoch of the loss by autograd (versions up to 1.3.0; image observations): fill the parameters'
+        gradients, return (group-gradient variance, metrics)."""
+        loss, group_losses, m = self.loss(batch)
+        clock = self.clock
+        if clock is not None:
+            clock.lap("forward", int(batch.episode.shape[0]))
+        group_var = self.group_gradient_variance(group_losses)
+        if clock is not None:
+            clock.lap("group_gradients")
+        self.stepper.zero_grad()
+        self.stepper.backward(loss)
+        return group_var, {k: float(v) for k, v in m.items()}
+
     def hand_derived_step(self, batch: EpisodeBatch) -> tuple[float, dict[str, float]]:
         """One epoch of the loss by hand: fill the parameters' gradients, return (group-gradient variance, metrics).
 
@@ -331,33 +345,17 @@ class PairwiseTrainer:
         sums: dict[str, float] = {}
         group_vars = []
         clock = self.clock
+        by_hand = self.kernel is not None and self.cfg.hand_derived
         for _ in range(self.cfg.n_epochs):
-            if self.kernel is not None and self.cfg.hand_derived:
-                group_var, metrics = self.hand_derived_step(batch)
-                group_vars.append(group_var)
-                if clock is not None:
-                    clock.lap("backward")
-                self.stepper.apply()
-                if clock is not None:
-                    clock.lap("optimizer")
-                for name, value in metrics.items():
-                    sums[name] = sums.get(name, 0.0) + value
-                continue
-            loss, group_losses, m = self.loss(batch)
-            if clock is not None:
-                clock.lap("forward", int(batch.episode.shape[0]))
-            group_vars.append(self.group_gradient_variance(group_losses))
-            if clock is not None:
-                clock.lap("group_gradients")
-            self.stepper.zero_grad()
-            self.stepper.backward(loss)
+            group_var, metrics = self.hand_derived_step(batch) if by_hand else self.autograd_step(batch)
+            group_vars.append(group_var)
             if clock is not None:
                 clock.lap("backward")
             self.stepper.apply()
             if clock is not None:
                 clock.lap("optimizer")
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + value
         self.stepper.check_finite()
         out = {k: v / self.cfg.n_epochs for k, v in sums.items()}
         out.update(self.stepper.end_update())

@@ -54,10 +54,10 @@ class RunningMeanStd(nn.Module):
 
     The arithmetic runs in numpy on views of the float64 buffers: per observation batch it is ~15 elementwise
     operations on vectors of a few dozen entries, where a torch call's dispatch (~5-10 us) costs more than the
-    maths. It is the same IEEE arithmetic, operation for operation, as the torch version it replaced (up to
-    version 1.3.0 of every algorithm), so results are bit-identical (tested against that version): numpy's
-    ``mean`` over the batch axis sums the rows in order like torch's; the batch variance stays torch's (a
-    Welford reduction numpy has no twin of).
+    maths. It is the same IEEE arithmetic, operation for operation, as the torch form it replaced on 2026-12-02
+    (no algorithm version changed), so results are bit-identical (``tests/test_networks.py`` compares the two):
+    numpy's row-ordered sum over the batch axis, divided by the count, is torch's mean; the batch variance stays
+    torch's (a Welford reduction numpy has no twin of).
     """
 
     mean: torch.Tensor
