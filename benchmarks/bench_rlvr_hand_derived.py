@@ -1,7 +1,9 @@
 """Benchmark: an algorithm's update by autograd (``hand_derived = false``) against the hand-derived one, side by side
 in one run: ``ppo-rlvr-prm`` (the default; autograd's double backward for the input-gradient penalty against the JS
-term and the penalty's second derivatives by hand in the shared core) or ``grpo-pairwise`` (``--algo``: three autograd
-passes per update against one forward and a backward pass per group by hand).
+term and the penalty's second derivatives by hand in the shared core), ``grpo-pairwise`` (``--algo``: three autograd
+passes per update against one forward and a backward pass per group by hand) or ``grpo`` (one autograd pass per
+(micro-)batch against the kernel's forward and backward with the clipped surrogate's and the k3 penalty's derivatives
+by hand).
 
 Each run is a fresh spawned process (one torch thread) training one trial; the two paths alternate seed by seed so
 that a change of load on a shared machine hits both. Per run: the trial process's CPU seconds (training and its
@@ -9,6 +11,7 @@ periodic evaluations), the update phase's wall seconds, the final evaluation. Pe
 
     python benchmarks/bench_rlvr_hand_derived.py --env CartPole-v1 --env LunarLander-v3 --seeds 0-1 --steps 50000
     python benchmarks/bench_rlvr_hand_derived.py --algo grpo-pairwise --env TextMatch-v0 --seeds 0-2 --steps 30000
+    python benchmarks/bench_rlvr_hand_derived.py --algo grpo --env TextMatch-v0 --env LunarLander-v3 --seeds 0-2
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def main() -> None:
     from suite.study import parse_seeds
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", default="ppo-rlvr-prm", choices=("ppo-rlvr-prm", "grpo-pairwise"))
+    p.add_argument("--algo", default="ppo-rlvr-prm", choices=("ppo-rlvr-prm", "grpo-pairwise", "grpo"))
     p.add_argument("--env", action="append", help="env id (repeatable; default CartPole-v1 and LunarLander-v3)")
     p.add_argument("--seeds", default="0-1")
     p.add_argument("--steps", type=int, default=50_000)

@@ -465,3 +465,67 @@ def test_step_active_gives_the_running_envs_what_step_gives_them() -> None:
             active &= ~done
     a.close()
     b.close()
+
+
+# -- the update by hand -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("env_id", "overrides"),
+    [
+        ("CartPole-v1", {}),
+        # a large step size: later epochs clip (the clipped surrogate's zero derivative is exercised)
+        ("CartPole-v1", {"n_epochs": 4, "n_minibatches": 2, "ent_coef": 0.01, "eps_high": 0.28, "learning_rate": 0.05}),
+        ("CartPole-v1", {"n_epochs": 2, "loss_agg": "dapo", "grad_accumulation": 3}),
+        ("TextMatch-v0", {"n_epochs": 2, "loss_agg": "dr_grpo", "supervision": "process"}),
+        ("Hopper-v5", {"max_episode_steps": 40, "n_epochs": 2, "ent_coef": 0.01}),  # a Gaussian head, normalised obs
+    ],
+)
+def test_hand_derived_update_equals_autograds(env_id: str, overrides: dict) -> None:
+    """The update by hand (the default since 1.3.0) takes the autograd path's steps (``hand_derived = false``) within
+    float rounding, from the same batch and parameters: every epoch after the first runs at ratios != 1 (clipped
+    steps, a nonzero KL to the reference), with minibatches, DAPO's token mean, gradient accumulation, the entropy
+    bonus and a Gaussian head among the cases."""
+    results = []
+    for hand in (False, True):
+        resolved = TrialSpec("grpo", env_id, 3, 10**6, overrides={**overrides, "hand_derived": hand}).resolve()
+        torch.manual_seed(0)  # the same initial network and the same sampled batch
+        ctx = TrialContext(resolved)
+        try:
+            trainer = GRPOTrainer(ctx, resolved.config)
+            assert trainer.by_hand == hand and trainer.kernel is not None
+            batch, _ = trainer.collect()
+            adv = batch_advantages(batch, trainer.cfg.supervision, trainer.cfg.reward_scaling)
+            torch.manual_seed(11)  # the same minibatch split
+            before = trainer.stepper.flat.data.clone()
+            metrics = trainer.update(batch, adv, progress=0.5)
+            results.append((metrics, trainer.stepper.flat.grad.clone(), trainer.stepper.flat.data - before))
+        finally:
+            ctx.close()
+    (m0, g0, d0), (m1, g1, d1) = results
+    assert set(m0) == set(m1)
+    for name in m0:
+        assert m1[name] == pytest.approx(m0[name], rel=1e-4, abs=1e-6), name
+    assert m0["grad_norm"] > 0
+    if overrides.get("n_epochs", 1) > 1:
+        assert m0["kl_ref"] > 0  # later epochs moved away from the reference: the penalty's derivative is exercised
+    if "learning_rate" in overrides:
+        assert m0["clip_fraction"] > 0.01
+    # the last epoch's gradient is taken at parameters that earlier epochs' steps (each rounded differently) moved:
+    # with the large step size a few entries differ by ~1e-6
+    torch.testing.assert_close(g1, g0, rtol=1e-3, atol=1e-5)
+    # Adam's step is ~ lr * g / (|g| + eps) per entry: where an entry is at eps's scale, rounding moves it a little
+    torch.testing.assert_close(d1, d0, rtol=1e-3, atol=1e-5)
+
+
+def test_hand_derived_is_part_of_the_key_and_image_observations_take_autograd() -> None:
+    on, off = (TrialSpec("grpo", "CartPole-v1", 0, 100, overrides={"hand_derived": h}).resolve() for h in (True, False))
+    assert on.key != off.key
+    resolved = TrialSpec("grpo", "ALE/Pong-v5", 0, 10**6, overrides={"max_episode_steps": 8}).resolve()
+    ctx = TrialContext(resolved)
+    try:
+        trainer = GRPOTrainer(ctx, resolved.config)
+        assert trainer.kernel is None and not trainer.by_hand and resolved.config.hand_derived
+        batch, _ = trainer.collect()
+        metrics = trainer.update(batch, batch_advantages(batch, "outcome", "group"), progress=0.0)
+        assert metrics["grad_norm"] >= 0 and math.isfinite(metrics["policy_loss"])
+    finally:
+        ctx.close()

@@ -26,6 +26,11 @@ PPO family records); the trial's ``metrics`` say how many were left out (``cappe
 Budget: the collector stops once the trial's budget is spent (at most ``n_envs - 1`` steps past it); only the
 groups whose episodes all finished by then are trained on, so every algorithm stops at the same step count.
 
+Since version 1.3.0 the update takes its derivatives by hand in the shared core (``hand_derived``,
+:func:`grpo_loss_derivatives`): the kernel's forward of the policy MLP, the clipped surrogate's, the k3 penalty's and
+the entropy bonus's derivatives per step in numpy, the kernel's backward; the same steps as autograd's up to float
+rounding (tested). ``hand_derived = false`` is the autograd path of 1.2.0; image observations always take it.
+
 The episode-group collection (:class:`EpisodeGroupCollector`, :class:`EpisodeGroups`) is independent of the
 loss, so other group-based algorithms can import it.
 """
@@ -33,13 +38,22 @@ loss, so other group-based algorithms can import it.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
-from suite.algorithms.core import ROLLOUT_STORAGES, Buffer, GradientStepper, attach_clock, micro_batches, net_config
+from suite.algorithms.core import (
+    ROLLOUT_STORAGES,
+    Buffer,
+    Diverged,
+    GradientStepper,
+    attach_clock,
+    micro_batches,
+    net_config,
+)
 from suite.algorithms.fused import PolicyKernel, kernel_for
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
@@ -123,6 +137,11 @@ class GRPOConfig:
     grad_accumulation: int = 1
     """Memory toggle: each minibatch step sums the gradients of this many slices of its steps (activations are held
     for a slice at a time: Pong's minibatches are thousands of frames); the same gradient up to float rounding."""
+    hand_derived: bool = True
+    """Take the loss's derivatives by hand in the shared core (:class:`suite.algorithms.fused.PolicyKernel`: one
+    forward and one backward pass of the policy MLP per slice, the loss's arithmetic in numpy, no autograd graph;
+    :func:`grpo_loss_derivatives`); ``false`` is the autograd path of versions up to 1.2.0, which image observations
+    (the Nature CNN) always take. The two agree up to float rounding (tests compare gradients, steps and metrics)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -594,6 +613,52 @@ def grpo_loss(
     return loss, metrics
 
 
+def grpo_loss_derivatives(
+    log_probs: np.ndarray,
+    old_log_probs: np.ndarray,
+    ref_log_probs: np.ndarray,
+    advantages: np.ndarray,
+    weights: np.ndarray,
+    entropy: np.ndarray,
+    *,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    ent_coef: float,
+) -> tuple[np.ndarray, np.ndarray | None, dict[str, float]]:
+    """:func:`grpo_loss` with its derivatives by hand: ``(d loss / d log_probs (S,), d loss / d entropy (S,) or None
+    when ``ent_coef`` is 0, metrics)``, the metrics of :func:`grpo_loss` as floats (``policy_loss`` the weighted sum).
+
+    Per step, with ``rho = exp(log_probs - old_log_probs)``: the surrogate ``min(rho A, clip(rho) A)`` has derivative
+    ``rho A`` where the unclipped term is the smaller or ``rho`` is inside the clip range (where both terms are equal
+    autograd gives each half of it; outside the range the clipped term's derivative is 0), else 0; the k3 penalty
+    ``exp(ref - logp) - (ref - logp) - 1`` has ``1 - exp(ref - logp)``.
+    """
+    ratio = np.exp(log_probs - old_log_probs)
+    lo, hi = 1.0 - eps_low, 1.0 + eps_high
+    unclipped = ratio * advantages
+    clipped = np.clip(ratio, lo, hi) * advantages
+    inside = (ratio >= lo) & (ratio <= hi)
+    surrogate = np.minimum(unclipped, clipped)
+    log_ref_ratio = ref_log_probs - log_probs
+    ref_ratio = np.exp(log_ref_ratio)
+    kl = ref_ratio - log_ref_ratio - 1.0
+    d_surrogate = np.where((unclipped < clipped) | inside, unclipped, 0.0)
+    dlogp = (weights * (beta * (1.0 - ref_ratio) - d_surrogate)).astype(np.float32, copy=False)
+    dent = None if ent_coef == 0.0 else (-ent_coef * weights).astype(np.float32, copy=False)
+    policy_loss = -float((weights * surrogate).sum())
+    loss = policy_loss + beta * float((weights * kl).sum()) - ent_coef * float((weights * entropy).sum())
+    if not math.isfinite(loss):
+        raise Diverged(f"non-finite loss {loss}")
+    metrics = {
+        "policy_loss": policy_loss,
+        "kl_ref": float(kl.mean()),
+        "clip_fraction": float(((ratio < lo) | (ratio > hi)).mean()),
+        "entropy": float((weights * entropy).sum() / weights.sum()),
+    }
+    return dlogp, dent, metrics
+
+
 # -- training ---------------------------------------------------------------------------------------------
 class GRPOTrainer:
     """Collect K groups of G episodes, compute group-relative advantages, take clipped steps with a KL penalty."""
@@ -605,10 +670,12 @@ class GRPOTrainer:
         self.policy = grpo_policy(envs.single_observation_space, envs.single_action_space, cfg)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
-        kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference; the update stays on autograd
+        self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference and (hand_derived) update
         self.collector = EpisodeGroupCollector(
-            ctx, envs, self.policy, cfg.group_size, max_len, cap, kernel=kernel, storage=cfg.rollout_storage
+            ctx, envs, self.policy, cfg.group_size, max_len, cap, kernel=self.kernel, storage=cfg.rollout_storage
         )
+        self.by_hand = self.kernel is not None and cfg.hand_derived
+        """Whether the update takes its derivatives by hand (else autograd on the same flat parameters)."""
         self.clock: Any = attach_clock(ctx, self)
         self.collector.clock = self.clock
         self.n_updates = 0
@@ -686,6 +753,45 @@ class GRPOTrainer:
         """``(K,)`` True for groups whose rewards do not vary (their advantages are all 0)."""
         return batch_advantages(batch, self.cfg.supervision, self.cfg.reward_scaling)[1]
 
+    def autograd_slice(
+        self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
+        adv: torch.Tensor, weights: torch.Tensor,
+    ) -> dict[str, float]:  # fmt: skip
+        """Add one slice's gradient of :func:`grpo_loss` by autograd (versions up to 1.2.0; image observations);
+        return its metrics."""
+        cfg, clock = self.cfg, self.clock
+        logp, entropy, _, _ = self.policy.evaluate_actions(obs, actions)
+        loss, metrics = grpo_loss(
+            logp, old_logp, ref_logp, adv, weights, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
+            entropy=entropy, ent_coef=cfg.ent_coef,
+        )  # fmt: skip
+        if clock is not None:
+            clock.lap("forward", int(obs.shape[0]))
+        self.stepper.backward(loss)
+        if clock is not None:
+            clock.lap("backward")
+        return {k: float(v) for k, v in metrics.items()}
+
+    def hand_derived_slice(
+        self, obs: torch.Tensor, actions: torch.Tensor, old_logp: np.ndarray, ref_logp: np.ndarray,
+        adv: np.ndarray, weights: np.ndarray, index: int,
+    ) -> dict[str, float]:  # fmt: skip
+        """The same by hand: the kernel's forward, :func:`grpo_loss_derivatives`, the kernel's backward (the first
+        slice of a minibatch sets the gradients, the others add to them)."""
+        cfg, clock, kernel = self.cfg, self.clock, self.kernel
+        assert kernel is not None
+        logp, entropy, _, state = kernel.evaluate(obs, actions, need_values=False)
+        dlogp, dent, metrics = grpo_loss_derivatives(
+            logp, old_logp, ref_logp, adv, weights, entropy, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+            beta=cfg.beta, ent_coef=cfg.ent_coef,
+        )  # fmt: skip
+        if clock is not None:
+            clock.lap("forward", int(obs.shape[0]))
+        kernel.backward(state, dlogp, dent, None, accumulate=index > 0)
+        if clock is not None:
+            clock.lap("backward")
+        return metrics
+
     def update(
         self, batch: EpisodeGroups, advantages: tuple[np.ndarray, np.ndarray, np.ndarray], progress: float
     ) -> dict[str, float]:
@@ -709,6 +815,7 @@ class GRPOTrainer:
                 sl = slice(s, s + chunk)
                 params = self.reference.policy_params(batch.obs[t_flat[sl], n_flat[sl]])
                 ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, actions[sl])
+        old_np, ref_np, adv_np = old_logp.numpy(), ref_logp.numpy(), t_adv.numpy()
         lr = self.stepper.begin_update(progress)
         N = batch.lengths.shape[0]
         sums: dict[str, float] = {}
@@ -718,6 +825,7 @@ class GRPOTrainer:
                 L = lengths[eps]
                 sel = torch.cat([torch.arange(int(o), int(o) + int(n)) for o, n in zip(offsets[eps], L, strict=True)])
                 weights = torch.repeat_interleave(episode_weights(L, cfg.loss_agg, self.collector.max_len), L)
+                w_np = weights.numpy()
                 S = int(sel.shape[0])
                 self.stepper.zero_grad()
                 # grad_accumulation: the minibatch's steps in k slices; the aggregation weights are the minibatch's,
@@ -725,22 +833,18 @@ class GRPOTrainer:
                 parts = [(0, S)] if cfg.grad_accumulation == 1 else micro_batches(S, cfg.grad_accumulation)
                 w_total = float(weights.sum())
                 m: dict[str, float] = {}
-                for lo, hi in parts:
+                for i, (lo, hi) in enumerate(parts):
                     ps = sel[lo:hi]
-                    logp, entropy, _, _ = policy.evaluate_actions(batch.obs[t_flat[ps], n_flat[ps]], actions[ps])
-                    loss, part_m = grpo_loss(
-                        logp, old_logp[ps], ref_logp[ps], t_adv[ps], weights[lo:hi], eps_low=cfg.eps_low,
-                        eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy, ent_coef=cfg.ent_coef,
-                    )  # fmt: skip
-                    if self.clock is not None:
-                        self.clock.lap("forward", hi - lo)
-                    self.stepper.backward(loss)
-                    if self.clock is not None:
-                        self.clock.lap("backward")
+                    obs = batch.obs[t_flat[ps], n_flat[ps]]
+                    part_m = (
+                        self.hand_derived_slice(obs, actions[ps], old_np[ps], ref_np[ps], adv_np[ps], w_np[lo:hi], i)
+                        if self.by_hand
+                        else self.autograd_slice(obs, actions[ps], old_logp[ps], ref_logp[ps], t_adv[ps], weights[lo:hi])
+                    )
                     # policy_loss is a weighted sum (adds up), entropy a weighted mean, kl_ref / clip_fraction means
                     shares = {"policy_loss": 1.0, "entropy": float(weights[lo:hi].sum()) / w_total}
                     for key, part_v in part_m.items():
-                        m[key] = m.get(key, 0.0) + float(part_v) * shares.get(key, (hi - lo) / S)
+                        m[key] = m.get(key, 0.0) + part_v * shares.get(key, (hi - lo) / S)
                 self.stepper.apply()
                 if self.clock is not None:
                     self.clock.lap("optimizer")
@@ -765,7 +869,7 @@ class GRPOTrainer:
 
 @register(
     "grpo",
-    version="1.2.0",
+    version="1.3.0",
     summary="Group Relative Policy Optimization: G same-seed episodes per group, group-normalised returns, no critic",
     reference=(
         "Shao et al. 2024, arXiv 2402.03300 (DeepSeekMath); episodic adaptation as in stable-baselines3-contrib issue 301"
