@@ -1,0 +1,99 @@
+"""``benchmarks/bench_mainjob.py``: the main job before/after in one command, and its control-normalised ratios."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_mainjob.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_mainjob", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(side: str, wall: float, suite_s: float, sb3_s: float) -> dict:
+    return {"side": side, "commit": "0" * 40, "wall_s": wall, "trials": {"ppo": suite_s, "sb3-dqn": sb3_s}}
+
+
+def test_summary_ratios_and_control_normalisation() -> None:
+    bm = _module()
+    # the machine runs 20% slower during the second and third runs: every trial of those runs takes 1.2x as long
+    runs = [
+        _run("after", 300.0, 100.0, 400.0),
+        _run("before", 1.2 * 500.0, 1.2 * 300.0, 1.2 * 400.0),
+        _run("before", 1.2 * 500.0, 1.2 * 300.0, 1.2 * 400.0),
+        _run("after", 300.0, 100.0, 400.0),
+    ]
+    s = bm.summarize(runs)
+    assert s["whole_job"]["ratio"] == pytest.approx(300.0 / 600.0)
+    assert s["whole_job"]["ratio_normalised"] == pytest.approx(300.0 / 500.0)  # the drift taken out
+    assert s["suite_share"]["speedup"] == pytest.approx(3.6)
+    assert s["suite_share"]["speedup_normalised"] == pytest.approx(3.0)
+    assert s["control"]["ratio"] == pytest.approx(1 / 1.2)
+    assert s["control"]["spread"] == pytest.approx(1.2)
+    assert s["per_algorithm"]["ppo"]["speedup"] == pytest.approx(3.6)
+    # a steady machine: normalised and raw agree
+    steady = [_run("before", 500.0, 300.0, 400.0), _run("after", 300.0, 100.0, 400.0)]
+    t = bm.summarize(steady)
+    assert t["whole_job"]["ratio_normalised"] == pytest.approx(t["whole_job"]["ratio"]) == pytest.approx(0.6)
+    with pytest.raises(ValueError):
+        bm.summarize([_run("before", 1.0, 1.0, 1.0)])
+
+
+def test_csv_layout(tmp_path: Path) -> None:
+    bm = _module()
+    runs = [_run("after", 300.0, 100.0, 400.0), _run("before", 500.0, 300.0, 400.0)]
+    s = bm.summarize(runs)
+    out = tmp_path / "m.csv"
+    bm.write_csv(runs, s, out)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "algo,after1_0000000,before2_0000000"
+    assert "ppo,100.0,300.0" in lines and "sb3-dqn,400.0,400.0" in lines
+    assert "whole job (wall),300.0,500.0" in lines
+    assert lines[-3] == "# whole job after/before: 0.600 raw, 0.600 normalised by the control"
+
+
+def test_one_command_runs_both_commits_and_summarises(tmp_path: Path) -> None:
+    """A tiny 'main job' (one suite algorithm, one baseline, 2,000 steps) at HEAD on both sides, in the order AB; then
+    ``--summarize`` on the recorded runs gives the same summary."""
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    work, out = tmp_path / "work", tmp_path / "m.csv"
+    argv = [sys.executable, str(SCRIPT), "--before", "HEAD", "--after", "HEAD", "--order", "AB", "--work", str(work),
+            "--out", str(out), "--", "--algo", "grpo", "--algo", "sb3-ppo", "--env", "TextMatch-v0", "--steps", "2000",
+            "--seeds", "0", "--no-report", "--no-save-models", "--workers", "1"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads((work / "runs.json").read_text())
+    assert [r["side"] for r in runs] == ["after", "before"]
+    for r in runs:
+        assert r["rc"] == 0 and r["wall_s"] > 0
+        with sqlite3.connect(work / r["db"]) as con:
+            assert sorted(a for (a,) in con.execute("SELECT algo FROM trials WHERE status = 'ok'")) == ["grpo", "sb3-ppo"]
+        assert set(r["trials"]) == {"grpo", "sb3-ppo"}
+    summary = json.loads(out.with_suffix(".json").read_text())["summary"]
+    again = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(work / "runs.json")], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert f"{summary['whole_job']['ratio']:.3f}x raw" in again.stdout
+
+
+def test_a_commit_that_does_not_exist_is_one_clear_line(tmp_path: Path) -> None:
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--before", "no-such-rev", "--work", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"bench_mainjob: error: --before 'no-such-rev' is not a commit of {REPO}"]
