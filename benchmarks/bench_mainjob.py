@@ -172,10 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("suite_args", nargs="*", help="after --: more 'suite run' arguments for both sides")
     a = p.parse_args(argv)
     if a.summarize:
+        if not a.summarize.is_file():
+            print(f"bench_mainjob: error: no runs file {a.summarize}", file=sys.stderr)
+            return 2
         runs = json.loads(a.summarize.read_text())
         for r in runs:
             if "trials" not in r:
-                r["trials"] = trial_times(a.summarize.parent / r["db"])
+                db = a.summarize.parent / r["db"]
+                if not db.is_file():
+                    print(f"bench_mainjob: error: run database {db} is missing", file=sys.stderr)
+                    return 2
+                r["trials"] = trial_times(db)
     else:
         if set(a.order) - {"A", "B"} or not a.order or a.repeat < 1:
             p.error("--order takes A and B only (A = after), --repeat >= 1")
@@ -194,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
             db, log = work / f"run{i + 1}-{side}.db", work / f"run{i + 1}-{side}.log"
             db.unlink(missing_ok=True)
             print(f"run {i + 1}/{len(a.order) * a.repeat}: {side} ({commits[side][:7]}) ...", flush=True)
-            r = {"side": side, "commit": commits[side], "db": db.name, **run_job(work / side, db, log, a.suite_args)}
+            try:
+                job = run_job(work / side, db, log, a.suite_args)
+            except KeyboardInterrupt:
+                done = work / "runs.json"
+                print(f"bench_mainjob: interrupted; the {len(runs)} finished runs are in {done}", file=sys.stderr)
+                return 130
+            r = {"side": side, "commit": commits[side], "db": db.name, **job}
             if r["rc"] != 0:
                 print(f"bench_mainjob: the {side} run failed (exit {r['rc']}); see {log}", file=sys.stderr)
                 return 1

@@ -97,3 +97,15 @@ def test_a_commit_that_does_not_exist_is_one_clear_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"bench_mainjob: error: --before 'no-such-rev' is not a commit of {REPO}"]
+
+
+def test_summarize_of_missing_runs_is_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(tmp_path / "runs.json")], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert (done.returncode, done.stderr.strip()) == (2, f"bench_mainjob: error: no runs file {tmp_path / 'runs.json'}")
+    (tmp_path / "runs.json").write_text(json.dumps([{"side": "after", "commit": "0" * 40, "db": "gone.db", "wall_s": 1.0}]))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(tmp_path / "runs.json")], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    missing = f"bench_mainjob: error: run database {tmp_path / 'gone.db'} is missing"
+    assert (done.returncode, done.stderr.strip()) == (2, missing)
+    assert not (tmp_path / "gone.db").exists()  # nothing created
