@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -49,7 +50,8 @@ def export(rev: str, dest: Path) -> str:
     """``git archive rev`` extracted into ``dest``; returns the full commit id."""
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"],
                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    dest.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)  # a reused --work must not mix in files of an earlier export
+    dest.mkdir(parents=True)
     with tempfile.TemporaryFile() as tar:
         subprocess.run(["git", "-C", str(REPO), "archive", commit], stdout=tar, check=True)
         tar.seek(0)
@@ -183,9 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"bench_mainjob: error: run database {db} is missing", file=sys.stderr)
                     return 2
                 r["trials"] = trial_times(db)
+        if {r.get("side") for r in runs} != {"before", "after"}:
+            print(f"bench_mainjob: error: {a.summarize} needs runs of both sides (before and after)", file=sys.stderr)
+            return 2
     else:
-        if set(a.order) - {"A", "B"} or not a.order or a.repeat < 1:
-            p.error("--order takes A and B only (A = after), --repeat >= 1")
+        if set(a.order) != {"A", "B"} or a.repeat < 1:
+            p.error("--order takes A and B, each at least once (A = after); --repeat >= 1")
         work = a.work or Path(tempfile.mkdtemp(prefix="bench-mainjob-"))
         work.mkdir(parents=True, exist_ok=True)
         commits = {}

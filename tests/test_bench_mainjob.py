@@ -109,3 +109,27 @@ def test_summarize_of_missing_runs_is_one_clear_line(tmp_path: Path) -> None:
     missing = f"bench_mainjob: error: run database {tmp_path / 'gone.db'} is missing"
     assert (done.returncode, done.stderr.strip()) == (2, missing)
     assert not (tmp_path / "gone.db").exists()  # nothing created
+
+
+def test_one_sided_order_or_runs_are_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--order", "AA", "--work", str(tmp_path / "w")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and last.endswith("each at least once (A = after); --repeat >= 1")
+    assert not (tmp_path / "w").exists()  # nothing exported, nothing run
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps([{"side": "after", "commit": "0" * 40, "db": "x.db", "wall_s": 1.0, "trials": {"ppo": 1.0}}]))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(runs)], capture_output=True, text=True, timeout=120)
+    one_sided = f"bench_mainjob: error: {runs} needs runs of both sides (before and after)"
+    assert (done.returncode, done.stderr.strip()) == (2, one_sided)
+
+
+def test_export_replaces_an_earlier_export(tmp_path: Path) -> None:
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    bm = _module()
+    dest = tmp_path / "after"
+    dest.mkdir()
+    (dest / "stale.py").write_text("left from another commit")
+    commit = bm.export("HEAD", dest)
+    assert len(commit) == 40 and not (dest / "stale.py").exists() and (dest / "suite" / "cli.py").is_file()
