@@ -66,14 +66,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 import suite
 from suite.errors import UserError
 from suite.provenance import utc_now_iso
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: a trial process imports this module and never needs it
+    import pandas as pd
 
 APPLICATION_ID = 0x524C5354
 """``PRAGMA application_id`` of a results database: ASCII ``RLST``; tells our files from other SQLite files."""
@@ -502,6 +504,8 @@ class ResultsStore:
         """The ok trials' timing, for :func:`suite.throughput.trial_times`: columns ``key``, ``algo``, ``env_id``,
         ``steps`` (int64), ``steps_per_second`` (over the training clock), ``wall_time_s`` (the whole trial's, start-up
         and evaluations included), ``warmup`` (int64: the config's ``learning_starts``, 0 without one)."""
+        import pandas as pd
+
         rows = self._conn.execute(
             "SELECT key, algo, env_id, steps, steps_per_second, wall_time_s,"
             " COALESCE(CAST(json_extract(config, '$.learning_starts') AS INTEGER), 0) FROM trials"
@@ -519,6 +523,8 @@ class ResultsStore:
             Columns ``study``, ``status``, ``failure_kind`` (None for schema-1 records), ``n`` (int64),
             ``retried`` (int64: how many of them took more than one attempt).
         """
+        import pandas as pd
+
         rows = self._conn.execute(
             "SELECT study, status, failure_kind, COUNT(*), SUM(COALESCE(attempts, 1) > 1) FROM trials"
             " WHERE status != 'ok' GROUP BY study, status, failure_kind ORDER BY study, status, failure_kind"
@@ -597,6 +603,8 @@ class ResultsStore:
     def active_runs(self) -> pd.DataFrame:
         """Live runs and how many trials each has claimed: columns ``run_id, host, pid, started_at, command,
         claimed`` (dead runs are left out)."""
+        import pandas as pd
+
         rows = self._conn.execute(
             "SELECT runs.run_id, host, pid, proc_start, heartbeat_at, started_at, command, COUNT(claims.key) FROM runs"
             " LEFT JOIN claims ON claims.run_id = runs.run_id GROUP BY runs.run_id ORDER BY started_at"
@@ -682,6 +690,8 @@ class ResultsStore:
             Columns ``key`` (str), ``step`` (int64, global env step at the episode's end), ``return`` (float64),
             ``length`` (int64); trials in key order, episodes in recorded order.
         """
+        import pandas as pd
+
         where, params = _key_filter(keys)
         rows = self._conn.execute(
             f"SELECT key, n, step_i8, return_f8, length_i8 FROM curves{where} ORDER BY key", params
@@ -708,6 +718,8 @@ class ResultsStore:
             where unknown), ``wall_time_s`` (float64: training time, rollout + update, elapsed when the evaluation
             ran; NaN where unknown); trials in key order, evaluations in recorded order.
         """
+        import pandas as pd
+
         where, params = _key_filter(keys)
         rows = self._conn.execute(
             f'SELECT key, step, final, episode, "return", length, wall_time_s FROM evals{where} ORDER BY key, idx, episode',
@@ -736,6 +748,8 @@ class ResultsStore:
             Columns ``key`` (str), ``update`` (int64), ``step`` (int64), then one float64 column per metric
             name seen in any loaded trial (first-seen order), NaN where a trial did not log that metric.
         """
+        import pandas as pd
+
         where, params = _key_filter(keys)
         rows = self._conn.execute(
             f"SELECT key, n, metrics, update_i8, step_i8, values_f8 FROM updates{where} ORDER BY key", params
@@ -766,6 +780,8 @@ class ResultsStore:
 
         Scalars come back as Python ``int``/``float``/``str``/``None``; series as lists.
         """
+        import pandas as pd
+
         frame = self.trials(keys=[key])
         if frame.empty:
             return None
@@ -792,6 +808,8 @@ class ResultsStore:
         Returns:
             Columns ``study`` (None for ad-hoc trials), ``algo``, ``env_label``, ``status``, ``n`` (int64).
         """
+        import pandas as pd
+
         rows = self._conn.execute(
             "SELECT study, algo, env_label, status, COUNT(*) FROM trials"
             " GROUP BY study, algo, env_label, status ORDER BY study, algo, env_label, status"
@@ -1097,6 +1115,8 @@ def _concat(blobs: list[bytes], dtype: np.dtype) -> np.ndarray:
 
 
 def _trials_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    import pandas as pd
+
     frame = pd.DataFrame.from_records(rows, columns=list(_TRIAL_COLUMNS))
     dtypes: dict[str, Any] = {}
     for name, kind in _TRIAL_COLUMNS.items():

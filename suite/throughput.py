@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas where a frame is read: the executors import this module, trial processes with them
+    import pandas as pd
+
     from suite.store import ResultsStore
 
 
@@ -91,6 +92,8 @@ def throughput_of(ok: pd.DataFrame, evals: pd.DataFrame | None = None) -> Throug
     clock, evaluations excluded; ``warmup`` or the ``config`` it is read from), averaged over the runs that measured
     each phase. ``evals`` (``key``, ``step``, ``wall_time_s``: the training clock at each evaluation) splits a run
     that crossed its warm-up."""
+    import pandas as pd
+
     if ok.empty:
         return Throughput()
     warmups, warm, train = [], [], []
