@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -48,6 +48,7 @@ from suite.report.display import (
 )
 from suite.report.document import Document, Failure, FigureRef, Paragraph, Section
 from suite.report.memory import memory_section
+from suite.report.render import FigureJob, FigureRenderer
 from suite.stats.scores import POI_REPS
 
 REPORTS_DIR = Path("reports")
@@ -105,56 +106,56 @@ def _budget_sentence(budgets: pd.DataFrame) -> str:
     )
 
 
-def _figures(data: ReportData, fig_dir: Path, curves: pd.DataFrame) -> dict[str, FigureRef]:
-    """Draw every figure whose inputs exist; return them by name."""
+def _figures(data: ReportData, fig_dir: Path, curves: pd.DataFrame, renderer: FigureRenderer) -> dict[str, tuple[str, str]]:
+    """Queue every figure whose inputs exist on ``renderer``; return their ``(alt, caption)`` by name."""
     colors = fg.algo_colors(data.algos)
     envs = data.envs
-    out: dict[str, FigureRef] = {}
+    out: dict[str, tuple[str, str]] = {}
 
-    def add(name: str, draw: Callable[[], plt.Figure], alt: str, caption: str) -> None:
-        out[name] = FigureRef(name, alt, caption, fg.save_figure(draw(), fig_dir, name))
+    def add(name: str, draw: Callable[..., Any], args: tuple[Any, ...], alt: str, caption: str) -> None:
+        renderer.add(FigureJob(name, draw, args, fig_dir))
+        out[name] = (alt, caption)
 
-    with fg.style():
-        if (curves["source"] == "eval").any():
-            add("learning_curves", lambda: fg.plot_learning_curves(curves, envs, colors, "eval"),
-                "Evaluation return against env steps, one panel per env, one line per algorithm",
-                "Evaluation return (mean over evaluation episodes) against env steps: IQM over ok runs (number of "
-                "runs in the legend of each panel) with a 95% bootstrap band over runs.")  # fmt: skip
-        if (curves["source"] == "train").any():
-            add("training_curves", lambda: fg.plot_learning_curves(curves, envs, colors, "train"),
-                "Training-episode return against env steps, one panel per env",
-                f"Return of training episodes (stochastic policy, running mean of {fg.TRAIN_WINDOW} episodes) "
-                "against env steps: IQM over ok runs with a 95% bootstrap band.")  # fmt: skip
-        final = data.tables.get("final_scores")
-        if final is not None and final["n_ok"].sum() > 0:
-            add("final_scores", lambda: fg.plot_final_scores(final, envs, colors),
-                "Interval estimates of final mean, median and IQM return per env and algorithm",
-                "Final evaluation return: point estimate (black tick) and 95% stratified bootstrap CI (bar) per "
-                "env and algorithm, over ok runs.")  # fmt: skip
-        aggregate = data.tables.get("aggregate")
-        if aggregate is not None and aggregate["n_ok"].sum() > 0:
-            add("aggregate", lambda: fg.plot_aggregate(aggregate, colors),
-                "Aggregate IQM and optimality gap of normalised scores per algorithm",
-                "Normalised final scores pooled over envs: IQM (higher is better) and optimality gap (lower is "
-                "better) with 95% stratified bootstrap CIs.")  # fmt: skip
-        if data.profile is not None and any(np.isfinite(v).any() for v in data.profile["profiles"].values()):
-            profile = data.profile
-            add("performance_profile", lambda: fg.plot_performance_profile(profile, colors),
-                "Performance profiles: fraction of runs above each normalised score",
-                "Score distributions (rliable performance profiles): fraction of ok runs, pooled over envs, with "
-                f"normalised score above tau; pointwise 95% bootstrap bands ({data.profile_reps:,} reps).")  # fmt: skip
-        if data.poi_matrix is not None and len(data.poi_matrix) > 1:
-            matrix = data.poi_matrix
-            add("probability_of_improvement", lambda: fg.plot_poi(matrix),
-                "Heatmap of the probability that the row algorithm improves on the column algorithm",
-                "Cell (X, Y): P(X > Y), the probability that a run of X beats a run of Y on the same env, "
-                "averaged over the envs both ran.")  # fmt: skip
-        speed = data.tables.get("speed_memory")
-        if speed is not None and speed["n_ok"].sum() > 0:
-            add("speed_memory", lambda: fg.plot_speed_memory(speed, colors),
-                "Bar charts of training throughput and peak memory per env and algorithm",
-                "Left: env steps per second of training (mean over ok runs, error bar: sd). Right: peak resident "
-                "memory of the trial process (mean over ok runs).")  # fmt: skip
+    if (curves["source"] == "eval").any():
+        add("learning_curves", fg.plot_learning_curves, (curves, envs, colors, "eval"),
+            "Evaluation return against env steps, one panel per env, one line per algorithm",
+            "Evaluation return (mean over evaluation episodes) against env steps: IQM over ok runs (number of "
+            "runs in the legend of each panel) with a 95% bootstrap band over runs.")  # fmt: skip
+    if (curves["source"] == "train").any():
+        add("training_curves", fg.plot_learning_curves, (curves, envs, colors, "train"),
+            "Training-episode return against env steps, one panel per env",
+            f"Return of training episodes (stochastic policy, running mean of {fg.TRAIN_WINDOW} episodes) "
+            "against env steps: IQM over ok runs with a 95% bootstrap band.")  # fmt: skip
+    final = data.tables.get("final_scores")
+    if final is not None and final["n_ok"].sum() > 0:
+        add("final_scores", fg.plot_final_scores, (final, envs, colors),
+            "Interval estimates of final mean, median and IQM return per env and algorithm",
+            "Final evaluation return: point estimate (black tick) and 95% stratified bootstrap CI (bar) per "
+            "env and algorithm, over ok runs.")  # fmt: skip
+    aggregate = data.tables.get("aggregate")
+    if aggregate is not None and aggregate["n_ok"].sum() > 0:
+        add("aggregate", fg.plot_aggregate, (aggregate, colors),
+            "Aggregate IQM and optimality gap of normalised scores per algorithm",
+            "Normalised final scores pooled over envs: IQM (higher is better) and optimality gap (lower is "
+            "better) with 95% stratified bootstrap CIs.")  # fmt: skip
+    if data.profile is not None and any(np.isfinite(v).any() for v in data.profile["profiles"].values()):
+        profile = data.profile
+        add("performance_profile", fg.plot_performance_profile, (profile, colors),
+            "Performance profiles: fraction of runs above each normalised score",
+            "Score distributions (rliable performance profiles): fraction of ok runs, pooled over envs, with "
+            f"normalised score above tau; pointwise 95% bootstrap bands ({data.profile_reps:,} reps).")  # fmt: skip
+    if data.poi_matrix is not None and len(data.poi_matrix) > 1:
+        matrix = data.poi_matrix
+        add("probability_of_improvement", fg.plot_poi, (matrix,),
+            "Heatmap of the probability that the row algorithm improves on the column algorithm",
+            "Cell (X, Y): P(X > Y), the probability that a run of X beats a run of Y on the same env, "
+            "averaged over the envs both ran.")  # fmt: skip
+    speed = data.tables.get("speed_memory")
+    if speed is not None and speed["n_ok"].sum() > 0:
+        add("speed_memory", fg.plot_speed_memory, (speed, colors),
+            "Bar charts of training throughput and peak memory per env and algorithm",
+            "Left: env steps per second of training (mean over ok runs, error bar: sd). Right: peak resident "
+            "memory of the trial process (mean over ok runs).")  # fmt: skip
     return out
 
 
@@ -239,6 +240,7 @@ def write_report(
     *,
     poi_reps: int | None = None,
     seed: int = 0,
+    helper: bool | None = None,
 ) -> Path:
     """Write the report of one study (see the module docstring for the files).
 
@@ -251,6 +253,8 @@ def write_report(
         poi_reps: Replications per algorithm pair for probability of improvement; None spreads a fixed budget
             over the pairs (see :mod:`suite.report.build`).
         seed: Base seed of every bootstrap; the same inputs and seed give the same numbers.
+        helper: draw figures in a helper process too (:mod:`suite.report.render`); None: when a second CPU is free
+            and ``SUITE_REPORT_HELPER`` is not ``0``. The files are the same either way.
 
     Returns:
         Path of ``index.html``.
@@ -263,6 +267,13 @@ def write_report(
     if poi_reps is not None and poi_reps < 10:
         raise UserError(f"poi_reps must be >= 10, got {poi_reps}")
     data = load_study(study, db)
+    with FigureRenderer(helper) as renderer:  # the helper's imports overlap the statistics below
+        return _write(study, data, out_dir, reps, poi_reps, seed, renderer)
+
+
+def _write(study: str, data: ReportData, out_dir: str | os.PathLike[str] | None, reps: int, poi_reps: int | None,
+           seed: int, renderer: FigureRenderer) -> Path:  # fmt: skip
+    """:func:`write_report` once the study is loaded."""
     data.reps, data.seed = int(reps), int(seed)
     data.poi_reps = int(poi_reps) if poi_reps is not None else default_poi_reps(len(data.algos), data.reps)
     data.profile_reps = min(data.reps, POI_REPS)
@@ -304,11 +315,14 @@ def write_report(
             note = f"{note} Best per column in bold.".strip()
         (table_dir / f"{name}.tex").write_text(latex_out.render_table(table, label=label, note=note), encoding="utf-8")
 
-    figs = _figures(data, fig_dir, curves)
+    captions = _figures(data, fig_dir, curves, renderer)
+    memory = memory_section(data.trials, table_dir, fig_dir)  # drawn here while the helper takes the first figures
+    pngs = renderer.finish()
+    figs = {name: FigureRef(name, alt, caption, pngs[name]) for name, (alt, caption) in captions.items()}
     doc = _document(data, tables, figs, budgets, provenance)
     # Memory per phase (suite.report.memory): its own section, right after "Speed and memory".
     at = next((i + 1 for i, section in enumerate(doc.sections) if section.id == "speed-memory"), len(doc.sections))
-    doc.sections.insert(at, memory_section(data.trials, table_dir, fig_dir))
+    doc.sections.insert(at, memory)
     (out / "report.md").write_text(md_out.render_document(doc), encoding="utf-8")
     index = out / "index.html"
     index.write_text(html_out.render_document(doc), encoding="utf-8")

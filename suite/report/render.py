@@ -1,0 +1,222 @@
+"""A report's figures drawn in two processes, this one and a helper, when the machine has a CPU to spare.
+
+Each figure costs 0.3-1.3 s to draw and save as PNG and SVG (matplotlib is single-threaded Python); together they were
+more than half of ``write_report``'s time (8 figures of the main job's 72-trial study: ~5 of ~8 s). The figures are
+independent, so :class:`FigureRenderer` starts a helper interpreter as soon as a report is under way (its imports,
+matplotlib, seaborn and pandas, ~2 s, overlap the statistics), and the figures go into one queue: this process takes
+them from the front, a thread serves the helper from the back, until the queue is empty.
+
+The helper is a plain ``python -c`` child talking over two pipes of its own, not a ``multiprocessing`` spawn: a spawned
+child re-runs the caller's ``__main__`` script, so a user's script that calls ``write_report`` without an
+``if __name__ == "__main__"`` guard would run itself again. A figure is a module-level drawing function and its
+arguments (:class:`FigureJob`), drawn by the same code whichever process takes it: its files are byte for byte the
+same (tested). Without a spare CPU, with ``SUITE_REPORT_HELPER=0``, or when the helper cannot start or dies, this
+process draws what is left; a figure whose drawing raised in the helper is drawn again here, so that its exception
+surfaces with its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+HELPER_ENV = "SUITE_REPORT_HELPER"
+"""Set to ``0`` to draw every figure in the report's own process."""
+
+
+@dataclass(frozen=True)
+class FigureJob:
+    """One figure: ``draw(*args)`` returns a matplotlib figure, saved as ``<directory>/<name>.{png,svg}``."""
+
+    name: str
+    draw: Callable[..., Any]
+    args: tuple[Any, ...]
+    directory: Path
+
+
+def render(job: FigureJob) -> bytes:
+    """Draw and save ``job``'s figure in this process; return the PNG bytes."""
+    from suite.report import figures as fg
+
+    with fg.style():
+        return fg.save_figure(job.draw(*job.args), job.directory, job.name)
+
+
+def helper_main(read_fd: int, write_fd: int) -> None:
+    """The helper process: import the plotting stack, then ask for figures and draw them until told to stop (or until
+    the report's process is gone). It ignores Ctrl-C, which reaches the whole process group: the report's process
+    decides, and stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from suite.report import figures  # noqa: F401  (the ~2 s import, while the report's process computes)
+
+    with os.fdopen(read_fd, "rb") as inbox, os.fdopen(write_fd, "wb") as outbox:
+        message: tuple[Any, ...] = ("ready",)
+        while True:
+            try:
+                pickle.dump(message, outbox)
+                outbox.flush()
+                job = pickle.load(inbox)
+            except (EOFError, BrokenPipeError):
+                return  # the report's process is gone
+            if job is None:
+                return
+            try:
+                message = ("ok", job.name, render(job))
+            except Exception as exc:  # noqa: BLE001  (the report's process draws it again and raises there)
+                message = ("error", job.name, repr(exc))
+
+
+def spare_cpu() -> bool:
+    """Whether this process may use at least two CPUs."""
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except AttributeError:  # not Linux
+        return (os.cpu_count() or 1) >= 2
+
+
+class FigureRenderer:
+    """Collects a report's figures (:meth:`add`) and draws them (:meth:`finish`), sharing them with a helper process.
+
+    Use it as a context manager (the helper is stopped on the way out, also after an error)::
+
+        with FigureRenderer() as renderer:
+            renderer.add(FigureJob(...))   # the helper may start on it at once
+            ...                            # other work of this process
+            pngs = renderer.finish()       # {name: PNG bytes}, in the order added
+    """
+
+    def __init__(self, helper: bool | None = None):
+        """``helper``: None = when :func:`spare_cpu` and ``SUITE_REPORT_HELPER`` is not ``0``."""
+        if helper is None:
+            helper = spare_cpu() and os.environ.get(HELPER_ENV, "1") != "0"
+        self._jobs: list[FigureJob] = []
+        self._queue: deque[FigureJob] = deque()
+        self._cond = threading.Condition()
+        self._finishing = False
+        self._results: dict[str, bytes] = {}
+        self._taken = 0
+        self._serving_done = False
+        self.helper_exit_code: int | None = None
+        """The helper's exit status once :meth:`close` has stopped it (0: it ran to the end)."""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        if helper:
+            self._start()
+
+    @property
+    def helper_started(self) -> bool:
+        """Whether a helper process was started (it may have died since)."""
+        return self._thread is not None
+
+    def _start(self) -> None:
+        to_helper_r, to_helper_w = os.pipe()
+        from_helper_r, from_helper_w = os.pipe()
+        code = f"from suite.report.render import helper_main; helper_main({to_helper_r}, {from_helper_w})"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same suite as here
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code], pass_fds=(to_helper_r, from_helper_w), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
+        except OSError:  # no processes to spare (limits): draw here
+            for fd in (to_helper_r, to_helper_w, from_helper_r, from_helper_w):
+                os.close(fd)
+            return
+        finally:
+            if self._proc is not None:
+                os.close(to_helper_r)
+                os.close(from_helper_w)
+        outbox, inbox = os.fdopen(to_helper_w, "wb"), os.fdopen(from_helper_r, "rb")
+        self._thread = threading.Thread(target=self._serve, args=(inbox, outbox), name="report-figures", daemon=True)
+        self._thread.start()
+
+    def _serve(self, inbox: IO[bytes], outbox: IO[bytes]) -> None:
+        """Hand the helper figures from the back of the queue until it is empty and :meth:`finish` has begun."""
+        try:
+            with inbox, outbox:
+                while True:
+                    message = pickle.load(inbox)  # "ready", or the last figure's result
+                    if message[0] == "ok":
+                        self._results[message[1]] = message[2]
+                    with self._cond:
+                        self._cond.wait_for(lambda: bool(self._queue) or self._finishing)
+                        job = self._queue.pop() if self._queue else None
+                        self._taken += job is not None
+                        self._cond.notify_all()
+                    pickle.dump(job, outbox)
+                    outbox.flush()
+                    if job is None:
+                        return
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return  # the helper died: what it had taken is drawn by finish()
+        finally:
+            with self._cond:
+                self._serving_done = True
+                self._cond.notify_all()
+
+    def wait_for_helper(self, count: int, timeout: float) -> bool:
+        """Block until the helper has taken ``count`` figures (True), or it has stopped or ``timeout`` seconds passed
+        (False). For tests, which need to know who drew what."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._taken >= count or self._serving_done, timeout) and self._taken >= count
+
+    def add(self, job: FigureJob) -> None:
+        """Queue a figure (the helper may take it at once)."""
+        if any(j.name == job.name for j in self._jobs):
+            raise ValueError(f"figure {job.name!r} added twice")
+        self._jobs.append(job)
+        with self._cond:
+            self._queue.append(job)
+            self._cond.notify()
+
+    def finish(self) -> dict[str, bytes]:
+        """Draw every figure added (this process from the front of the queue) and return their PNG bytes by name."""
+        with self._cond:
+            self._finishing = True
+            self._cond.notify()
+        out: dict[str, bytes] = {}
+        while True:
+            with self._cond:
+                job = self._queue.popleft() if self._queue else None
+            if job is None:
+                break
+            out[job.name] = render(job)
+        if self._thread is not None:
+            self._thread.join()  # until the helper has sent its last figure (or died)
+        for job in self._jobs:
+            if job.name not in out:
+                png = self._results.get(job.name)
+                out[job.name] = png if png is not None else render(job)
+        return {j.name: out[j.name] for j in self._jobs}
+
+    def close(self) -> None:
+        """Stop the helper: it exits when told there is nothing left; killed if it has not within seconds."""
+        with self._cond:
+            self._finishing = True
+            self._queue.clear()
+            self._cond.notify()
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            self.helper_exit_code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            self.helper_exit_code = proc.wait()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> FigureRenderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""The report's figures drawn in two processes (suite.report.render): the same files as in one, and nothing lost when
+the helper fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+from test_report import POI_REPS, REPS, STUDY, make_results_db
+
+from suite.report import write_report
+from suite.report.render import FigureJob, FigureRenderer
+
+
+@pytest.fixture(scope="module")
+def results_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_results_db(tmp_path_factory.mktemp("render-db") / "suite.db")
+
+
+def test_a_report_drawn_with_the_helper_has_the_same_files(results_db: Path, tmp_path: Path) -> None:
+    """Every table and figure byte for byte the same with the helper (forced on) and without."""
+    outs = {}
+    for helper in (True, False):
+        outs[helper] = tmp_path / f"helper-{helper}"
+        write_report(study=STUDY, db=results_db, out_dir=outs[helper], reps=REPS, poi_reps=POI_REPS, helper=helper)
+    files = sorted(p.relative_to(outs[False]) for p in outs[False].rglob("*") if p.is_file())
+    assert len([f for f in files if f.parts[0] == "figures"]) >= 14  # PNG + SVG of every figure
+    for name in files:
+        if name.name in ("index.html", "report.md"):  # their footer carries the time of writing
+            continue
+        assert (outs[True] / name).read_bytes() == (outs[False] / name).read_bytes(), name
+
+
+def line_figure(label: str) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1, 2], [0, 1, 0], label=label)
+    ax.set_title(label)
+    return fig
+
+
+def dies_in_the_helper(label: str, parent_pid: int) -> plt.Figure:
+    """A drawing that kills the process it runs in unless that is the report's own."""
+    if os.getpid() != parent_pid:
+        os._exit(3)
+    return line_figure(label)
+
+
+def raises_everywhere(label: str) -> plt.Figure:
+    raise RuntimeError(f"cannot draw {label}")
+
+
+def test_figures_the_helper_took_when_it_died_are_drawn_here(tmp_path: Path) -> None:
+    jobs = [FigureJob(f"fig{i}", dies_in_the_helper, (f"fig{i}", os.getpid()), tmp_path) for i in range(4)]
+    with FigureRenderer(helper=True) as renderer:
+        assert renderer.helper_started
+        for job in jobs:
+            renderer.add(job)
+        assert renderer.wait_for_helper(1, timeout=120)  # it took fig3 (the back of the queue) and died on it
+        pngs = renderer.finish()
+    assert renderer.helper_exit_code == 3
+    assert list(pngs) == [j.name for j in jobs]
+    for job in jobs:
+        assert pngs[job.name].startswith(b"\x89PNG")
+        assert (tmp_path / f"{job.name}.png").read_bytes() == pngs[job.name]
+        assert (tmp_path / f"{job.name}.svg").is_file()
+
+
+def test_a_drawing_error_surfaces_in_the_report_process(tmp_path: Path) -> None:
+    with FigureRenderer(helper=True) as renderer:
+        renderer.add(FigureJob("fine", line_figure, ("fine",), tmp_path))
+        renderer.add(FigureJob("broken", raises_everywhere, ("broken",), tmp_path))
+        assert renderer.wait_for_helper(1, timeout=120)  # "broken", from the back: it fails there first
+        with pytest.raises(RuntimeError, match="cannot draw broken"):
+            renderer.finish()
+    assert (tmp_path / "fine.png").is_file()
+
+
+def test_a_figure_drawn_by_the_helper_is_the_same_file(tmp_path: Path) -> None:
+    names = [f"line{i}" for i in range(3)]
+    drawn = {}
+    for helper in (True, False):
+        out = tmp_path / f"helper-{helper}"
+        with FigureRenderer(helper=helper) as renderer:
+            for name in names:
+                renderer.add(FigureJob(name, line_figure, (name,), out))
+            if helper:
+                assert renderer.wait_for_helper(len(names), timeout=120)  # the helper draws all three
+            drawn[helper] = renderer.finish()
+        assert renderer.helper_exit_code == (0 if helper else None)
+    assert drawn[True] == drawn[False]
+    for name in names:
+        for ext in ("png", "svg"):
+            assert (tmp_path / "helper-True" / f"{name}.{ext}").read_bytes() == (
+                tmp_path / "helper-False" / f"{name}.{ext}"
+            ).read_bytes()
+
+
+def test_the_same_figure_twice_is_refused(tmp_path: Path) -> None:
+    with FigureRenderer(helper=False) as renderer:
+        renderer.add(FigureJob("a", line_figure, ("a",), tmp_path))
+        with pytest.raises(ValueError, match="added twice"):
+            renderer.add(FigureJob("a", line_figure, ("a",), tmp_path))
+
+
+def test_a_script_without_a_main_guard_is_not_run_again(results_db: Path, tmp_path: Path) -> None:
+    """The helper is a plain child interpreter: a script calling ``write_report`` at top level (no ``if __name__ ==
+    "__main__"``) runs once, as multiprocessing's spawn would not let it."""
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "make_report.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        from suite.report import write_report
+        with open({str(marker)!r}, "a") as f:
+            f.write("run\\n")
+        write_report(study={STUDY!r}, db={str(results_db)!r}, out_dir={str(tmp_path / "out")!r}, reps={REPS},
+                     poi_reps={POI_REPS}, helper=True)
+        """)
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "run\n"
+    assert (tmp_path / "out" / "figures" / "learning_curves.png").is_file()
