@@ -38,14 +38,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.config import load_toml
 from suite.envs import get_env_spec
 from suite.errors import UserError
 from suite.plugins import load_plugins, normalise_spec
 from suite.registry import get_algorithm, list_algorithms
-from suite.trial import TrialSpec
+
+if TYPE_CHECKING:
+    from suite.trial import TrialSpec  # imported where specs are made: it imports torch, which reading a study (its
+    # budgets, for a report) does not need
 
 TIERS = ("smoke", "quick", "standard", "paper")
 STUDY_KEYS = {"name", "description", "tier", "seeds", "n_eval_episodes", "algos", "envs", "overrides", "budgets",
@@ -151,6 +154,8 @@ class Study:
             for e in envs:
                 get_env_spec(e)
             env_entries = [x for x in env_entries if x.id in envs] or [EnvEntry(e) for e in envs]
+        from suite.trial import TrialSpec
+
         out: list[TrialSpec] = []
         for entry in env_entries:
             env = get_env_spec(entry.id)
@@ -201,6 +206,26 @@ class Study:
 
 def default_tiers() -> dict[str, Any]:
     return load_toml(resources.files("suite") / "data" / "tiers.toml")  # type: ignore[arg-type]
+
+
+def merged_budgets(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A study table's budget tiers: the suite's defaults (``suite/data/tiers.toml``) with its ``[budgets.<tier>]``
+    tables laid over them."""
+    budgets = default_tiers()
+    for t, table in data.get("budgets", {}).items():
+        if t not in TIERS:
+            raise UserError(f"{where}: unknown tier {t!r} in budgets; allowed: {', '.join(TIERS)}")
+        budgets = {**budgets, t: {**budgets.get(t, {}), **table}}
+    return budgets
+
+
+def shipped_study_budgets(name: str) -> dict[str, Any]:
+    """The budget tiers of the shipped study ``name`` read from its file alone (no plugins loaded, no algorithm or
+    env checked: what a report needs, without importing every algorithm and torch)."""
+    if name not in list_studies():
+        raise UserError(f"unknown study {name!r}; shipped studies: {', '.join(list_studies())}")
+    path = resources.files("suite") / "studies" / f"{name}.toml"
+    return merged_budgets(load_toml(path), str(path))  # type: ignore[arg-type]
 
 
 def list_studies() -> list[str]:
@@ -265,11 +290,7 @@ def parse_study(
         get_env_spec(envs[-1].id)
     if not envs:
         raise UserError(f"{where}: a study needs at least one env")
-    budgets = default_tiers()
-    for t, table in data.get("budgets", {}).items():
-        if t not in TIERS:
-            raise UserError(f"{where}: unknown tier {t!r} in budgets; allowed: {', '.join(TIERS)}")
-        budgets = {**budgets, t: {**budgets.get(t, {}), **table}}
+    budgets = merged_budgets(data, where)
     overrides = data.get("overrides", {})
     for a in overrides:
         get_algorithm(a)

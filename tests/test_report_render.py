@@ -60,7 +60,7 @@ def test_figures_the_helper_took_when_it_died_are_drawn_here(tmp_path: Path) -> 
         assert renderer.helper_started
         for job in jobs:
             renderer.add(job)
-        assert renderer.wait_for_helper(1, timeout=120)  # it took fig3 (the back of the queue) and died on it
+        assert renderer.wait_for_helper(1, timeout=120)  # it took fig0 (equal costs: the first added) and died on it
         pngs = renderer.finish()
     assert renderer.helper_exit_code == 3
     assert list(pngs) == [j.name for j in jobs]
@@ -73,8 +73,8 @@ def test_figures_the_helper_took_when_it_died_are_drawn_here(tmp_path: Path) -> 
 def test_a_drawing_error_surfaces_in_the_report_process(tmp_path: Path) -> None:
     with FigureRenderer(helper=True) as renderer:
         renderer.add(FigureJob("fine", line_figure, ("fine",), tmp_path))
-        renderer.add(FigureJob("broken", raises_everywhere, ("broken",), tmp_path))
-        assert renderer.wait_for_helper(1, timeout=120)  # "broken", from the back: it fails there first
+        renderer.add(FigureJob("broken", raises_everywhere, ("broken",), tmp_path, cost=2))
+        assert renderer.wait_for_helper(1, timeout=120)  # "broken", the costliest: it fails there first
         with pytest.raises(RuntimeError, match="cannot draw broken"):
             renderer.finish()
     assert (tmp_path / "fine.png").is_file()
@@ -98,6 +98,24 @@ def test_a_figure_drawn_by_the_helper_is_the_same_file(tmp_path: Path) -> None:
             assert (tmp_path / "helper-True" / f"{name}.{ext}").read_bytes() == (
                 tmp_path / "helper-False" / f"{name}.{ext}"
             ).read_bytes()
+
+
+def records_pid(label: str, directory: Path) -> plt.Figure:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{label}.pid").write_text(str(os.getpid()))
+    return line_figure(label)
+
+
+def test_the_costliest_figure_is_taken_first(tmp_path: Path) -> None:
+    costs = {"small": 1.0, "large": 3.0, "medium": 2.0}
+    with FigureRenderer(helper=True) as renderer:
+        for name, cost in costs.items():
+            renderer.add(FigureJob(name, records_pid, (name, tmp_path), tmp_path, cost=cost))
+        assert renderer.wait_for_helper(1, timeout=120)
+        renderer.finish()
+    pids = {name: int((tmp_path / f"{name}.pid").read_text()) for name in costs}
+    assert pids["large"] != os.getpid()  # the helper's first
+    assert pids["medium"] == os.getpid()  # then this process's first
 
 
 def test_the_same_figure_twice_is_refused(tmp_path: Path) -> None:

@@ -1,5 +1,8 @@
 """Studies: seed specs, tiers, expansion into trials, file errors."""
 
+import subprocess
+import sys
+
 import pytest
 
 from suite.errors import UserError
@@ -81,3 +84,21 @@ def test_budgets_for_envs_the_tiers_do_not_list():
     assert [t.total_timesteps for t in adhoc.trials(steps=3000, seeds=[0])] == [3000]
     given = parse_study({"envs": ["Acrobot-v1"], "algos": ["ppo"], "budgets": {"quick": {"Acrobot-v1": 5000}}})
     assert {t.total_timesteps for t in given.trials()} == {5000}
+
+
+def test_a_shipped_studys_budgets_read_alone_equal_the_loaded_studys() -> None:
+    """What a report reads (no plugins, no algorithm imported) is what ``suite run`` plans with."""
+    from suite.study import shipped_study_budgets
+
+    for name in list_studies():
+        assert shipped_study_budgets(name) == dict(load_study(name).budgets), name
+
+
+def test_reading_a_study_for_its_budgets_imports_no_torch() -> None:
+    code = (
+        "import sys; from suite.study import shipped_study_budgets; shipped_study_budgets('default'); "
+        "from suite.report.build import _study_tiers; assert _study_tiers('default'); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

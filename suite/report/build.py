@@ -265,12 +265,11 @@ def tier_of(budget: int, env_id: str, algo: str, tiers: dict[str, Any]) -> list[
 
 def _study_tiers(study: str) -> dict[str, Any]:
     """Budget tiers of the shipped study of this name, else the suite's default tiers ({} if unreadable)."""
-    from suite.study import default_tiers, list_studies
-    from suite.study import load_study as load_study_file
+    from suite.study import default_tiers, list_studies, shipped_study_budgets
 
     try:
         if study in list_studies():
-            return dict(load_study_file(study).budgets)
+            return shipped_study_budgets(study)
         return default_tiers()
     except (UserError, OSError):
         return {}

@@ -3,8 +3,8 @@
 Each figure costs 0.3-1.3 s to draw and save as PNG and SVG (matplotlib is single-threaded Python); together they were
 more than half of ``write_report``'s time (8 figures of the main job's 72-trial study: ~5 of ~8 s). The figures are
 independent, so :class:`FigureRenderer` starts a helper interpreter as soon as a report is under way (its imports,
-matplotlib, seaborn and pandas, ~2 s, overlap the statistics), and the figures go into one queue: this process takes
-them from the front, a thread serves the helper from the back, until the queue is empty.
+matplotlib, seaborn and pandas, ~2 s, overlap the statistics), and the figures go into one queue that this process and
+a thread serving the helper both take from, costliest first, until it is empty.
 
 The helper is a plain ``python -c`` child talking over two pipes of its own, not a ``multiprocessing`` spawn: a spawned
 child re-runs the caller's ``__main__`` script, so a user's script that calls ``write_report`` without an
@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,9 @@ class FigureJob:
     draw: Callable[..., Any]
     args: tuple[Any, ...]
     directory: Path
+    cost: float = 1.0
+    """A rough relative cost (e.g. the figure's panels): the costliest figures are drawn first, by whichever process
+    is free, so that the last ones, which one process may end up drawing while the other waits, are small."""
 
 
 def render(job: FigureJob) -> bytes:
@@ -99,7 +101,7 @@ class FigureRenderer:
         if helper is None:
             helper = spare_cpu() and os.environ.get(HELPER_ENV, "1") != "0"
         self._jobs: list[FigureJob] = []
-        self._queue: deque[FigureJob] = deque()
+        self._queue: list[FigureJob] = []  # costliest last (taken first); equal costs in the order added
         self._cond = threading.Condition()
         self._finishing = False
         self._results: dict[str, bytes] = {}
@@ -140,7 +142,7 @@ class FigureRenderer:
         self._thread.start()
 
     def _serve(self, inbox: IO[bytes], outbox: IO[bytes]) -> None:
-        """Hand the helper figures from the back of the queue until it is empty and :meth:`finish` has begun."""
+        """Hand the helper figures, costliest first, until the queue is empty and :meth:`finish` has begun."""
         try:
             with inbox, outbox:
                 while True:
@@ -149,7 +151,7 @@ class FigureRenderer:
                         self._results[message[1]] = message[2]
                     with self._cond:
                         self._cond.wait_for(lambda: bool(self._queue) or self._finishing)
-                        job = self._queue.pop() if self._queue else None
+                        job = self._queue.pop() if self._queue else None  # the costliest left
                         self._taken += job is not None
                         self._cond.notify_all()
                     pickle.dump(job, outbox)
@@ -176,17 +178,19 @@ class FigureRenderer:
         self._jobs.append(job)
         with self._cond:
             self._queue.append(job)
+            order = {j.name: i for i, j in enumerate(self._jobs)}
+            self._queue.sort(key=lambda j: (j.cost, -order[j.name]))  # of equal costs, the one added first last
             self._cond.notify()
 
     def finish(self) -> dict[str, bytes]:
-        """Draw every figure added (this process from the front of the queue) and return their PNG bytes by name."""
+        """Draw every figure added (this process takes from the queue too) and return their PNG bytes by name."""
         with self._cond:
             self._finishing = True
             self._cond.notify()
         out: dict[str, bytes] = {}
         while True:
             with self._cond:
-                job = self._queue.popleft() if self._queue else None
+                job = self._queue.pop() if self._queue else None
             if job is None:
                 break
             out[job.name] = render(job)

@@ -106,6 +106,20 @@ def _budget_sentence(budgets: pd.DataFrame) -> str:
     )
 
 
+FIGURE_COST: dict[str, Callable[[int, int], float]] = {
+    "learning_curves": lambda envs, algos: envs,
+    "training_curves": lambda envs, algos: envs,
+    "final_scores": lambda envs, algos: 3 * envs,
+    "aggregate": lambda envs, algos: 2,
+    "performance_profile": lambda envs, algos: 1,
+    "probability_of_improvement": lambda envs, algos: algos * algos / 20,
+    "speed_memory": lambda envs, algos: 2,
+}
+"""Each figure's rough cost from the study's envs and algorithms (its panels; the heatmap's cells / 20), which orders
+the drawing (:class:`suite.report.render.FigureJob`); only the order matters. In the main job's report (3 envs, 8
+algorithms) the figures take 0.3-1.3 s each, in about this order."""
+
+
 def _figures(data: ReportData, fig_dir: Path, curves: pd.DataFrame, renderer: FigureRenderer) -> dict[str, tuple[str, str]]:
     """Queue every figure whose inputs exist on ``renderer``; return their ``(alt, caption)`` by name."""
     colors = fg.algo_colors(data.algos)
@@ -113,7 +127,7 @@ def _figures(data: ReportData, fig_dir: Path, curves: pd.DataFrame, renderer: Fi
     out: dict[str, tuple[str, str]] = {}
 
     def add(name: str, draw: Callable[..., Any], args: tuple[Any, ...], alt: str, caption: str) -> None:
-        renderer.add(FigureJob(name, draw, args, fig_dir))
+        renderer.add(FigureJob(name, draw, args, fig_dir, cost=FIGURE_COST[name](len(envs), len(data.algos))))
         out[name] = (alt, caption)
 
     if (curves["source"] == "eval").any():
