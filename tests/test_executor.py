@@ -347,6 +347,38 @@ def test_the_time_estimate_adds_a_trials_fixed_cost_and_times_a_warm_up_apart(tm
     assert plan.estimate_s == pytest.approx(30.0 + 100.0 + 900_000 / 100.0) and plan.unestimated == 0
 
 
+def test_trials_start_longest_first_by_their_recorded_speeds(tmp_path, monkeypatch):
+    """With more trials than workers, a long trial started last keeps one worker busy while the others idle: the run
+    starts the trials no record estimates first (they may be long), then the rest longest first (LPT)."""
+    import suite.executors as executors
+    from suite.executors import estimate_seconds, longest_first
+    from tests.test_store import make_record
+
+    db = tmp_path / "lpt.db"
+    with ResultsStore(db) as store:
+        store.save_trial(make_record(0, algo="ppo", env_id="CartPole-v1", steps=100_000, steps_per_second=10_000.0,
+                                     wall_time_s=12.0))  # fmt: skip
+        store.save_trial(make_record(1, algo="ppo", env_id="ALE/Pong-v5", steps=1_000, steps_per_second=100.0,
+                                     wall_time_s=70.0))  # fmt: skip
+    specs = [TrialSpec("ppo", "CartPole-v1", seed=0, total_timesteps=100_000),  # ~12 s
+             TrialSpec("ppo", "ALE/Pong-v5", seed=0, total_timesteps=1_000),  # ~70 s
+             TrialSpec("grpo", "LunarLander-v3", seed=0, total_timesteps=1_000),  # no record
+             TrialSpec("ppo", "ALE/Pong-v5", seed=1, total_timesteps=10_000),  # ~160 s
+             TrialSpec("ppo", "CartPole-v1", seed=1, total_timesteps=100_000)]  # fmt: skip
+    estimates = estimate_seconds(specs, db)
+    assert estimates[3] > estimates[1] > estimates[0] == estimates[4]
+    assert longest_first(estimates) == [2, 3, 1, 0, 4]
+
+    resolved = [s.resolve() for s in specs]
+    started: list[str] = []
+    backend = ScriptedBackend(talks={r.key for r in resolved}, rounds=1, slots=1)
+    original_start = backend.start
+    monkeypatch.setattr(backend, "start", lambda task: (started.append(task.resolved.key), original_start(task))[1])
+    monkeypatch.setattr(executors, "_backend", lambda options, models_dir, todo: backend)
+    execute(resolved, db_path=db, study="lpt", tier="custom", options=ExecOptions(workers=1, show_progress=False))
+    assert started == [resolved[i].key for i in (2, 3, 1, 0, 4)]
+
+
 def test_oom_kills_are_told_from_other_deaths(tmp_path, monkeypatch):
     import suite.executors.common as common
 

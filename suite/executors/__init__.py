@@ -176,24 +176,20 @@ def make_plan(
     rerun: int = 0,
     db_path: Path | None = None,
     workers: int = 1,
+    estimates: Sequence[float] | None = None,
 ) -> Plan:
     """Plan a run of ``specs`` (the trials to run), estimating its time from the store's recorded speeds.
 
     ``recorded``: how many more trials the command names that are already recorded (None: not checked).
+    ``estimates``: the trials' :func:`estimate_seconds`, when the caller has them already (else read from ``db_path``).
 
     The estimate models each (algorithm, env) from its recorded ok trials (:func:`suite.throughput.trial_times`: a
     trial's fixed cost, start-up and evaluations, plus its training time at the budget, the off-policy baselines'
     warm-up and training timed apart), summed and divided over ``workers``. A trial whose (algorithm, env) has no
     recorded run, or none past a warm-up its budget goes beyond, is left out and counted.
     """
-    models: dict[tuple[str, str], TrialTime] = {}
-    if db_path is not None and db_path.exists():
-        with ResultsStore(db_path, create=False) as store:
-            models = trial_times(store)
     seconds, unestimated = 0.0, 0
-    for spec in specs:
-        model = models.get((_canonical(spec.algo), spec.env_id))
-        trial_s = model.seconds(spec.total_timesteps) if model is not None else float("nan")
+    for trial_s in estimates if estimates is not None else estimate_seconds(specs, db_path):
         if math.isfinite(trial_s):
             seconds += trial_s
         else:
@@ -209,6 +205,32 @@ def make_plan(
         unestimated=unestimated if known else 0,
         workers=workers,
     )
+
+
+def estimate_seconds(specs: Sequence[TrialSpec], db_path: Path | None) -> list[float]:
+    """Each trial's wall seconds estimated from the speeds recorded in ``db_path`` (:func:`suite.throughput.
+    trial_times`; NaN where its (algorithm, env) has no usable record)."""
+    models: dict[tuple[str, str], TrialTime] = {}
+    if db_path is not None and db_path.exists():
+        with ResultsStore(db_path, create=False) as store:
+            models = trial_times(store)
+    out = []
+    for spec in specs:
+        model = models.get((_canonical(spec.algo), spec.env_id))
+        out.append(model.seconds(spec.total_timesteps) if model is not None else float("nan"))
+    return out
+
+
+def longest_first(estimates: Sequence[float]) -> list[int]:
+    """The order to start trials in, as indices into ``estimates`` (their :func:`estimate_seconds`): those with no
+    estimate first, in the order given (they may be long), then the estimated ones longest first, ties in the order
+    given. Longest processing time first: with more trials than workers the last ones to start are the short ones,
+    so no worker idles long at the end of a study (a 2,000 s Hopper trial started last keeps one worker busy for half
+    an hour after the others are done)."""
+    est = list(estimates)
+    unknown = [i for i, s in enumerate(est) if not math.isfinite(s)]
+    known = sorted((i for i, s in enumerate(est) if math.isfinite(s)), key=lambda i: -est[i])
+    return unknown + known
 
 
 def _canonical(algo: str) -> str:
@@ -270,10 +292,11 @@ def execute(
     """Run the trials of a study that are not recorded yet and record them; the body of ``suite run``.
 
     Plans (and for a large run asks first, see :func:`confirm_plan`), records that ``study`` includes every trial
-    (at ``tier``), runs the missing ones (and with ``retry_failed`` the recorded failures) on the chosen executor
-    with retries, timeouts and claims shared with concurrent runs on the same database, saves each record as it
-    arrives, and prints the summary table. SIGINT/SIGTERM end the run cleanly: finished trials are kept, running
-    ones recorded as nothing, and the returned summary says ``interrupted`` (exit with ``summary.exit_code``).
+    (at ``tier``), runs the missing ones (and with ``retry_failed`` the recorded failures; longest first by the
+    speeds recorded in the database, :func:`longest_first`) on the chosen executor with retries, timeouts and claims
+    shared with concurrent runs on the same database, saves each record as it arrives, and prints the summary table.
+    SIGINT/SIGTERM end the run cleanly: finished trials are kept, running ones recorded as nothing, and the returned
+    summary says ``interrupted`` (exit with ``summary.exit_code``).
 
     Args:
         resolved: the trials (``TrialSpec.resolve()``; every user mistake has surfaced there).
@@ -303,8 +326,9 @@ def execute(
                 rerun = store.failed_trials(keys, options.retry_failed)
     todo = [unique[k] for k in keys if k not in recorded or k in rerun]
     workers = options.workers or (worker_count(None) if options.executor == "local" or options.address is None else 0)
+    estimates = estimate_seconds([r.spec for r in todo], db_path)
     plan = make_plan(
-        [r.spec for r in todo], recorded=len(keys) - len(todo), rerun=len(rerun), db_path=db_path, workers=workers
+        [r.spec for r in todo], recorded=len(keys) - len(todo), rerun=len(rerun), workers=workers, estimates=estimates
     )
     confirm_plan(plan, assume_yes=options.assume_yes)
     print(
@@ -321,6 +345,7 @@ def execute(
                     "timeout, OOM); add --retry-failed to run them again",
                     file=sys.stderr,
                 )
+        todo = [todo[i] for i in longest_first(estimates)]
         tasks = [Task(r, prior_attempts=store.attempts(r.key) if r.key in rerun else 0, rerun=rerun.get(r.key)) for r in todo]
         summary = RunSummary(finished=[], skipped=len(keys) - len(todo))
         if tasks and interrupted() is None:
