@@ -143,3 +143,17 @@ def test_a_script_without_a_main_guard_is_not_run_again(results_db: Path, tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert marker.read_text() == "run\n"
     assert (tmp_path / "out" / "figures" / "learning_curves.png").is_file()
+
+
+def test_a_helper_that_cannot_start_drawing_only_costs_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    """A helper that fails at once (here an "interpreter" that prints a traceback-like line and exits) leaves every
+    figure to this process, and its output never reaches the user's terminal."""
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'Traceback (most recent call last): boom' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(broken))
+    with FigureRenderer(helper=True) as renderer:
+        renderer.add(FigureJob("a", line_figure, ("a",), tmp_path))
+        pngs = renderer.finish()
+    assert pngs["a"].startswith(b"\x89PNG") and renderer.helper_exit_code == 1
+    assert "boom" not in capfd.readouterr().err

@@ -12,7 +12,8 @@ child re-runs the caller's ``__main__`` script, so a user's script that calls ``
 arguments (:class:`FigureJob`), drawn by the same code whichever process takes it: its files are byte for byte the
 same (tested). Without a spare CPU, with ``SUITE_REPORT_HELPER=0``, or when the helper cannot start or dies, this
 process draws what is left; a figure whose drawing raised in the helper is drawn again here, so that its exception
-surfaces with its traceback.
+surfaces with its traceback. The helper's own output is discarded (a helper that cannot even import only makes the
+report slower, never noisier).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class FigureRenderer:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", code], pass_fds=(to_helper_r, from_helper_w), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
             )  # fmt: skip
         except OSError:  # no processes to spare (limits): draw here
             for fd in (to_helper_r, to_helper_w, from_helper_r, from_helper_w):
