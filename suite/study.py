@@ -46,9 +46,8 @@ from suite.errors import UserError
 from suite.plugins import load_plugins, normalise_spec
 from suite.registry import get_algorithm, list_algorithms
 
-if TYPE_CHECKING:
-    from suite.trial import TrialSpec  # imported where specs are made: it imports torch, which reading a study (its
-    # budgets, for a report) does not need
+if TYPE_CHECKING:  # imported in Study.trials: it imports torch, which reading a study's budgets (a report) does not need
+    from suite.trial import TrialSpec
 
 TIERS = ("smoke", "quick", "standard", "paper")
 STUDY_KEYS = {"name", "description", "tier", "seeds", "n_eval_episodes", "algos", "envs", "overrides", "budgets",

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 from test_report import POI_REPS, REPS, STUDY, make_results_db
 
@@ -157,3 +158,22 @@ def test_a_helper_that_cannot_start_drawing_only_costs_time(tmp_path: Path, monk
         pngs = renderer.finish()
     assert pngs["a"].startswith(b"\x89PNG") and renderer.helper_exit_code == 1
     assert "boom" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("n_runs", [1, 2, 3, 4, 5, 8, 9, 12])
+def test_curve_band_iqm_is_scipys_trimmed_mean(n_runs: int) -> None:
+    """The learning-curve bands' IQM (a sort network up to 8 runs, np.sort above) is ``trim_mean(x, 0.25)`` over runs,
+    ties included."""
+    from scipy.stats import trim_mean
+
+    from suite.report.figures import _iqm_of, iqm_band
+
+    rng = np.random.default_rng(n_runs)
+    matrix = np.round(rng.normal(size=(n_runs, 60)), 1)  # rounded: ties between runs
+    np.testing.assert_allclose(_iqm_of(list(matrix)), trim_mean(matrix, 0.25, axis=0), rtol=1e-12, atol=1e-12)
+    point, lo, hi = iqm_band(matrix, reps=50, seed=1)
+    idx = np.random.default_rng(1).integers(0, n_runs, size=(50, n_runs))
+    boot = trim_mean(matrix[idx], 0.25, axis=1)
+    np.testing.assert_allclose(point, trim_mean(matrix, 0.25, axis=0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lo, np.percentile(boot, 2.5, axis=0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(hi, np.percentile(boot, 97.5, axis=0), rtol=1e-12, atol=1e-12)

@@ -127,15 +127,13 @@ def _iqm_of(runs: list[np.ndarray]) -> np.ndarray:
     """Elementwise IQM over same-shaped arrays, one per run: what ``scipy.stats.trim_mean(x, 0.25, axis=0)`` keeps of
     the stacked runs (``floor(n / 4)`` cut from each end), averaged in sorted order."""
     n = len(runs)
+    cut = int(0.25 * n)
     if n > SORT_NETWORK_MAX:
-        ordered = np.sort(np.stack(runs, axis=-1), axis=-1)
-        cut = int(0.25 * n)
-        return ordered[..., cut : n - cut].mean(-1)
+        return np.sort(np.stack(runs, axis=-1), axis=-1)[..., cut : n - cut].mean(-1)
     cols = list(runs)
     for i in range(n):  # a bubble-sort network: n (n - 1) / 2 compare-exchanges
         for j in range(n - 1 - i):
             cols[j], cols[j + 1] = np.minimum(cols[j], cols[j + 1]), np.maximum(cols[j], cols[j + 1])
-    cut = int(0.25 * n)
     return np.stack(cols[cut : n - cut], axis=-1).mean(-1)
 
 

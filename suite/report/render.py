@@ -18,6 +18,7 @@ report slower, never noisier).
 
 from __future__ import annotations
 
+import bisect
 import os
 import pickle
 import signal
@@ -102,7 +103,7 @@ class FigureRenderer:
         if helper is None:
             helper = spare_cpu() and os.environ.get(HELPER_ENV, "1") != "0"
         self._jobs: list[FigureJob] = []
-        self._queue: list[FigureJob] = []  # costliest last (taken first); equal costs in the order added
+        self._queue: list[tuple[float, int, FigureJob]] = []  # (cost, -order added, job): the last is taken first
         self._cond = threading.Condition()
         self._finishing = False
         self._results: dict[str, bytes] = {}
@@ -152,7 +153,7 @@ class FigureRenderer:
                         self._results[message[1]] = message[2]
                     with self._cond:
                         self._cond.wait_for(lambda: bool(self._queue) or self._finishing)
-                        job = self._queue.pop() if self._queue else None  # the costliest left
+                        job = self._queue.pop()[2] if self._queue else None  # the costliest left
                         self._taken += job is not None
                         self._cond.notify_all()
                     pickle.dump(job, outbox)
@@ -178,9 +179,7 @@ class FigureRenderer:
             raise ValueError(f"figure {job.name!r} added twice")
         self._jobs.append(job)
         with self._cond:
-            self._queue.append(job)
-            order = {j.name: i for i, j in enumerate(self._jobs)}
-            self._queue.sort(key=lambda j: (j.cost, -order[j.name]))  # of equal costs, the one added first last
+            bisect.insort(self._queue, (job.cost, -len(self._jobs), job))  # of equal costs, the first added last
             self._cond.notify()
 
     def finish(self) -> dict[str, bytes]:
@@ -191,7 +190,7 @@ class FigureRenderer:
         out: dict[str, bytes] = {}
         while True:
             with self._cond:
-                job = self._queue.pop() if self._queue else None
+                job = self._queue.pop()[2] if self._queue else None
             if job is None:
                 break
             out[job.name] = render(job)
