@@ -389,6 +389,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--steps must be >= 1, got {args.steps}")
     db_path = default_db_path(args.db)
     options = _exec_options(args, on_finish=lambda rec: _print_finished(rec, args.tensorboard))
+    if not args.no_report:
+        from suite.report.render import prepare
+
+        # the report's imports and helper use the CPU the last trials leave free
+        options = dataclasses.replace(options, on_spare_worker=prepare)
     options.check()
     if options.executor == "local":
         from suite.executors.local import start_forkserver
@@ -422,17 +427,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         options = dataclasses.replace(options, assume_yes=True)
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
     tier = "custom" if args.steps else args.tier or study.tier
-    summary = execute(resolved, db_path=db_path, study=study.name, tier=tier, options=options)
-    if summary.interrupted:
-        print(
-            f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials saved to "
-            f"{db_path}, {summary.not_run} not run (run the same command again to run them)",
-            file=sys.stderr,
-        )
-        return summary.exit_code
-    if not args.no_report:
-        _maybe_report(study.name, db_path)
-    return 0
+    try:
+        summary = execute(resolved, db_path=db_path, study=study.name, tier=tier, options=options)
+        if summary.interrupted:
+            print(
+                f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials saved "
+                f"to {db_path}, {summary.not_run} not run (run the same command again to run them)",
+                file=sys.stderr,
+            )
+            return summary.exit_code
+        if not args.no_report:
+            _maybe_report(study.name, db_path)
+        return 0
+    finally:
+        if options.on_spare_worker is not None:
+            from suite.report.render import discard_prepared
+
+            discard_prepared()  # a helper no report took (interrupted, or the report failed before its figures)
 
 
 def _signal_name(signum: int | None) -> str:

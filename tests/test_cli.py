@@ -93,6 +93,35 @@ def test_run_status_export_end_to_end_and_resume(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
+def test_run_gets_its_report_under_way_while_its_last_trial_runs(tmp_path, monkeypatch, capsys):
+    """Three trials on two workers: when the third starts alone, the report's helper is started and the report's
+    modules imported (the CPU the other worker leaves idle); the report then draws with that helper, and no helper
+    process outlives the command."""
+    import psutil
+
+    from suite.report import render
+
+    if not render.spare_cpu():
+        pytest.skip("a report draws with a helper only where a second CPU is free")
+    taken: list[int] = []
+    adopt = render._take_prepared
+
+    def take():
+        spawned = adopt()
+        taken.append(spawned[0].pid if spawned is not None else -1)
+        return spawned
+
+    monkeypatch.setattr(render, "_take_prepared", take)
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-2", "--steps", "256", "--workers", "2"]
+    assert main([*argv, "--quiet", "--no-save-models", "--db", str(tmp_path / "r.db")]) == 0
+    assert "report written to" in capsys.readouterr().err
+    assert (tmp_path / "reports" / "adhoc" / "index.html").is_file()
+    assert taken[0] > 0 and set(taken[1:]) <= {-1}  # the report's renderer took the prepared helper (then none left)
+    assert render._prepared is None
+    assert not psutil.pid_exists(taken[0]) or psutil.Process(taken[0]).status() == psutil.STATUS_ZOMBIE
+
+
 def test_asking_for_ray_without_ray_installed_is_one_line(tmp_path):
     code = "import sys; sys.modules['ray'] = None; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
     done = subprocess.run(

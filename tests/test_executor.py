@@ -379,6 +379,32 @@ def test_trials_start_longest_first_by_their_recorded_speeds(tmp_path, monkeypat
     assert started == [resolved[i].key for i in (2, 3, 1, 0, 4)]
 
 
+def test_the_run_tells_when_a_worker_is_left_without_a_trial(tmp_path, monkeypatch):
+    """``on_spare_worker`` is called once, when every trial has started and a worker is free (the CLI gets the report
+    under way then, on the CPU the last trials leave idle), and what it returns is waited for before the run ends."""
+    import suite.executors as executors
+
+    specs = [TrialSpec("ppo", "CartPole-v1", seed=s, total_timesteps=1_000) for s in range(5)]
+    resolved = [s.resolve() for s in specs]
+    backend = ScriptedBackend(talks={r.key for r in resolved}, rounds=3, slots=2)
+    started: list[str] = []
+    original_start = backend.start
+    monkeypatch.setattr(backend, "start", lambda task: (started.append(task.resolved.key), original_start(task))[1])
+    monkeypatch.setattr(executors, "_backend", lambda options, models_dir, todo: backend)
+    calls: list[tuple[int, int]] = []
+    waited: list[int] = []
+
+    def on_spare_worker():
+        calls.append((len(started), len(backend.running)))
+        return lambda: waited.append(len(started))
+
+    options = ExecOptions(workers=2, show_progress=False, on_spare_worker=on_spare_worker)
+    summary = execute(resolved, db_path=tmp_path / "spare.db", study="spare", tier="custom", options=options)
+    assert len(summary.finished) == 5
+    assert len(calls) == 1 and calls[0][0] == 5 and calls[0][1] < 2
+    assert waited == [5]
+
+
 def test_oom_kills_are_told_from_other_deaths(tmp_path, monkeypatch):
     import suite.executors.common as common
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from test_report import POI_REPS, REPS, STUDY, make_results_db
 
-from suite.report import write_report
-from suite.report.render import FigureJob, FigureRenderer
+from suite.report import render, write_report
+from suite.report.render import FigureJob, FigureRenderer, discard_prepared, prepare
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +117,41 @@ def test_the_costliest_figure_is_taken_first(tmp_path: Path) -> None:
     pids = {name: int((tmp_path / f"{name}.pid").read_text()) for name in costs}
     assert pids["large"] != os.getpid()  # the helper's first
     assert pids["medium"] == os.getpid()  # then this process's first
+
+
+def test_a_prepared_helper_is_taken_over_by_the_next_renderer(tmp_path: Path) -> None:
+    """``prepare`` (called while the last trials of a run leave a CPU free) starts the helper ahead of the report;
+    the next renderer draws with that very process, and the files are those drawn without it."""
+    wait = prepare(helper=True)
+    wait()
+    assert render._prepared is not None
+    pid = render._prepared[0].pid
+    drawn = {}
+    for helper in (True, False):
+        with FigureRenderer(helper=helper) as renderer:
+            if helper:
+                assert renderer._proc is not None and renderer._proc.pid == pid
+            renderer.add(FigureJob("prepared", records_pid, ("prepared", tmp_path / str(helper)), tmp_path / str(helper)))
+            if helper:
+                assert renderer.wait_for_helper(1, timeout=120)
+            drawn[helper] = renderer.finish()
+        assert render._prepared is None
+    assert int((tmp_path / "True" / "prepared.pid").read_text()) == pid
+    assert drawn[True] == drawn[False]
+
+
+def test_a_prepared_helper_no_report_takes_is_stopped(tmp_path: Path) -> None:
+    prepare(helper=True)()
+    assert render._prepared is not None
+    proc = render._prepared[0]
+    discard_prepared()
+    assert proc.poll() is not None and render._prepared is None
+    prepare(helper=True)()
+    assert render._prepared is not None
+    proc = render._prepared[0]
+    with FigureRenderer(helper=False) as renderer:  # a renderer without a helper stops it too
+        assert not renderer.helper_started
+    assert proc.poll() is not None and render._prepared is None
 
 
 def test_the_same_figure_twice_is_refused(tmp_path: Path) -> None:

@@ -80,6 +80,10 @@ class ExecOptions:
     """Print the per-(algorithm, env) summary table on stdout at the end."""
     on_finish: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
     """Called with each saved record (the CLI prints a line and writes TensorBoard files)."""
+    on_spare_worker: Callable[[], Callable[[], None]] | None = field(default=None, compare=False)
+    """Called once, when no trial is left to start and a worker is free (the last trials run, a CPU idles): what the
+    caller does after the run can begin then (the CLI gets the report under way, :func:`suite.report.render.prepare`).
+    It returns a function that waits for that work, called before the run's summary is printed."""
 
     def check(self) -> None:
         """Raise UserError for a value no run can use."""
@@ -356,10 +360,12 @@ def execute(
                     tasks, backend, save=store.save_trial,
                     policy=Policy(max_retries=options.max_retries, trial_timeout=options.trial_timeout),
                     interrupted=interrupted, coordination=(store, run_id), show_progress=options.show_progress,
-                    on_finish=options.on_finish, skipped=len(keys) - len(todo),
+                    on_finish=options.on_finish, skipped=len(keys) - len(todo), on_spare_worker=options.on_spare_worker,
                 )  # fmt: skip
             finally:
                 store.end_run(run_id)
+                if summary.wait_for_spare_work is not None:
+                    summary.wait_for_spare_work()
         if options.print_table and interrupted() is None and not summary.interrupted:
             print_summary(store, keys)
         signum = interrupted()  # also one that arrived after the last trial: the caller stops (no report)

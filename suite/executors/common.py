@@ -234,6 +234,8 @@ class RunSummary:
     """Attempts started again after an environment failure."""
     not_run: int = 0
     """Trials left unfinished (interrupted)."""
+    wait_for_spare_work: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    """What ``on_spare_worker`` returned, if it was called (:func:`drive`)."""
 
     @property
     def exit_code(self) -> int:
@@ -293,6 +295,7 @@ def drive(
     show_progress: bool = True,
     on_finish: Callable[[dict[str, Any]], None] | None = None,
     skipped: int = 0,
+    on_spare_worker: Callable[[], Callable[[], None]] | None = None,
 ) -> RunSummary:
     """Run ``tasks`` on ``backend`` under ``policy`` until all are recorded, or an interrupt arrives.
 
@@ -307,6 +310,8 @@ def drive(
         show_progress: draw a progress bar (env steps, with ETA) on stderr.
         on_finish: called after ``save`` with each saved record (for printing).
         skipped: trials already skipped by the caller (reported in the summary).
+        on_spare_worker: called once, when no trial is left to start and a worker is free; what it returns (a function
+            that waits for the work it started) is the summary's ``wait_for_spare_work``.
     """
     from tqdm import tqdm
 
@@ -387,6 +392,8 @@ def drive(
                 task.submitted = time.monotonic()
                 task.handle = backend.start(task)
                 running.append(task)
+            if on_spare_worker is not None and not queue and not busy and len(running) < backend.slots:
+                summary.wait_for_spare_work, on_spare_worker = on_spare_worker(), None
             for event in backend.poll(POLL_S if running else min(POLL_S * 4, BUSY_RECHECK_S)):
                 task = event.task
                 if isinstance(event, Started):

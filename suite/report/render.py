@@ -87,6 +87,100 @@ def spare_cpu() -> bool:
         return (os.cpu_count() or 1) >= 2
 
 
+def _helper_wanted(helper: bool | None) -> bool:
+    """``helper``, or for None: when :func:`spare_cpu` and ``SUITE_REPORT_HELPER`` is not ``0``."""
+    if helper is None:
+        return spare_cpu() and os.environ.get(HELPER_ENV, "1") != "0"
+    return helper
+
+
+_Spawned = tuple["subprocess.Popen[bytes]", IO[bytes], IO[bytes]]
+"""A helper process with the pipe ends this process writes to and reads from."""
+
+
+def _spawn_helper() -> _Spawned | None:
+    """Start a helper interpreter (:func:`helper_main`); None when no process can be started (then this process
+    draws)."""
+    to_helper_r, to_helper_w = os.pipe()
+    from_helper_r, from_helper_w = os.pipe()
+    code = f"from suite.report.render import helper_main; helper_main({to_helper_r}, {from_helper_w})"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same suite as here
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], pass_fds=(to_helper_r, from_helper_w), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+    except OSError:  # no processes to spare (limits): draw here
+        for fd in (to_helper_r, to_helper_w, from_helper_r, from_helper_w):
+            os.close(fd)
+        return None
+    os.close(to_helper_r)
+    os.close(from_helper_w)
+    return proc, os.fdopen(to_helper_w, "wb"), os.fdopen(from_helper_r, "rb")
+
+
+_prepared: _Spawned | None = None
+"""A helper started by :func:`prepare` that no report has taken yet."""
+_prepared_lock = threading.Lock()
+
+
+def prepare(helper: bool | None = None) -> Callable[[], None]:
+    """Get this process's next report under way while the machine has a CPU to spare, e.g. while the last trials of
+    a study run and a worker idles: start its helper process (the next :class:`FigureRenderer` of this process takes
+    it over, ready) and import the report's modules (matplotlib, seaborn, pandas: ~1.5 s) in a thread.
+
+    Returns a function that waits for those imports; call it before this process does anything else (another import
+    in the meantime could wait on the thread's). A helper no report takes exits with this process (its pipes close).
+    Nothing a report writes depends on it: the files are the same with or without."""
+    global _prepared
+    if _helper_wanted(helper):
+        with _prepared_lock:
+            if _prepared is None:
+                _prepared = _spawn_helper()
+    thread = threading.Thread(target=_import_report, name="report-imports", daemon=True)
+    thread.start()
+    return thread.join
+
+
+def _import_report() -> None:
+    try:
+        import suite.report.writer  # noqa: F401
+    except Exception:  # noqa: BLE001  (the report's own import raises it again, where it is seen)
+        pass
+
+
+def _take_prepared() -> _Spawned | None:
+    """The helper :func:`prepare` started, if it is still alive (a dead one is cleaned up)."""
+    global _prepared
+    with _prepared_lock:
+        spawned, _prepared = _prepared, None
+    if spawned is not None and spawned[0].poll() is not None:
+        _close_spawned(spawned)
+        return None
+    return spawned
+
+
+def discard_prepared() -> None:
+    """Stop a prepared helper no report will use (this process draws alone)."""
+    spawned = _take_prepared()
+    if spawned is not None:
+        _close_spawned(spawned)
+
+
+def _close_spawned(spawned: _Spawned) -> None:
+    proc, outbox, inbox = spawned
+    for pipe in (outbox, inbox):
+        try:
+            pipe.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)  # it exits at the end of its pipe
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class FigureRenderer:
     """Collects a report's figures (:meth:`add`) and draws them (:meth:`finish`), sharing them with a helper process.
 
@@ -100,8 +194,7 @@ class FigureRenderer:
 
     def __init__(self, helper: bool | None = None):
         """``helper``: None = when :func:`spare_cpu` and ``SUITE_REPORT_HELPER`` is not ``0``."""
-        if helper is None:
-            helper = spare_cpu() and os.environ.get(HELPER_ENV, "1") != "0"
+        helper = _helper_wanted(helper)
         self._jobs: list[FigureJob] = []
         self._queue: list[tuple[float, int, FigureJob]] = []  # (cost, -order added, job): the last is taken first
         self._cond = threading.Condition()
@@ -114,34 +207,18 @@ class FigureRenderer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         if helper:
-            self._start()
+            spawned = _take_prepared() or _spawn_helper()
+            if spawned is not None:
+                self._proc, outbox, inbox = spawned
+                self._thread = threading.Thread(target=self._serve, args=(inbox, outbox), name="report-figures", daemon=True)
+                self._thread.start()
+        else:
+            discard_prepared()
 
     @property
     def helper_started(self) -> bool:
         """Whether a helper process was started (it may have died since)."""
         return self._thread is not None
-
-    def _start(self) -> None:
-        to_helper_r, to_helper_w = os.pipe()
-        from_helper_r, from_helper_w = os.pipe()
-        code = f"from suite.report.render import helper_main; helper_main({to_helper_r}, {from_helper_w})"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same suite as here
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-c", code], pass_fds=(to_helper_r, from_helper_w), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-            )  # fmt: skip
-        except OSError:  # no processes to spare (limits): draw here
-            for fd in (to_helper_r, to_helper_w, from_helper_r, from_helper_w):
-                os.close(fd)
-            return
-        finally:
-            if self._proc is not None:
-                os.close(to_helper_r)
-                os.close(from_helper_w)
-        outbox, inbox = os.fdopen(to_helper_w, "wb"), os.fdopen(from_helper_r, "rb")
-        self._thread = threading.Thread(target=self._serve, args=(inbox, outbox), name="report-figures", daemon=True)
-        self._thread.start()
 
     def _serve(self, inbox: IO[bytes], outbox: IO[bytes]) -> None:
         """Hand the helper figures, costliest first, until the queue is empty and :meth:`finish` has begun."""
