@@ -57,7 +57,8 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
     """Describe the code, libraries and machine this process runs on, and the plugins a trial came from.
 
     The git and CPU look-ups are cached per process (they cannot change under a running worker, and a
-    ``git status`` per trial would be wasted time); the returned dict is a fresh copy on every call.
+    ``git status`` per trial would be wasted time; trial processes inherit their forkserver's, :func:`warm`); the
+    returned dict is a fresh copy on every call.
 
     Args:
         threads: the torch intra-op thread count the trial runs with (``torch.set_num_threads``).
@@ -95,6 +96,19 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         "hostname": socket.gethostname(),
         **provenance_of(algo or "", env_id or ""),
     }
+
+
+def warm() -> None:
+    """Fill this process's provenance caches (git state, package versions, CPU, platform). The trial forkservers call
+    it when they start (:mod:`suite.executors.preload`): their trial processes are born with the caches filled, where
+    each filled them itself before (two ``git rev-parse``, ``git status``, package metadata, ``uname -p``: ~30 ms of
+    every trial's start, 2026-12-04). So a trial records the checkout's state when its run started, the code its
+    forkserver imported."""
+    _git_state(_suite_root())
+    _package_versions()
+    _cpu_model()
+    _cpu_capability()
+    platform.platform()  # computes and caches uname's processor field (``uname -p``, a subprocess on Linux)
 
 
 def _suite_root() -> Path:

@@ -596,6 +596,9 @@ PRELOADED_CHILD = textwrap.dedent(
 
     def probe(conn):
         born_with = set(sys.modules)
+        from suite import provenance
+
+        warm = [provenance._git_state.cache_info().currsize, provenance._package_versions.cache_info().currsize]
         import suite.cli  # what the child re-imports as its main module (the ``suite`` console script's)
         from suite.executors.local import _worker  # the trial processes' target, unpickled from this module
         from suite.trial import TrialSpec, run_trial
@@ -603,7 +606,7 @@ PRELOADED_CHILD = textwrap.dedent(
         for algo in ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise"):
             run_trial(TrialSpec(algo, "TextMatch-v0", 0, 300, n_eval_episodes=1).resolve())
         new = set(sys.modules) - born_with
-        conn.send(sorted(m for m in new if m.split(".")[0] in ("suite", "psutil", "sqlite3", "pandas")))
+        conn.send((sorted(m for m in new if m.split(".")[0] in ("suite", "psutil", "sqlite3", "pandas")), warm))
 
     if __name__ == "__main__":
         from suite.executors.local import _context, start_forkserver
@@ -624,7 +627,8 @@ def test_a_trial_process_is_born_with_every_suite_module_it_runs(tmp_path):
     psutil, the CLI it re-imports as its main module) is preloaded by the forkserver: a trial process that imported
     them itself spent 60-80 ms of every trial's start on it (measured 2026-12-04 with ``-X importtime``: 72 trials of
     the main job, ~5 CPU-seconds), and forked it costs nothing (its resident memory at birth is not larger: the trial
-    imported them before its memory baseline anyway)."""
+    imported them before its memory baseline anyway). Its provenance caches (git state, package versions) are
+    filled too: it no longer runs git at its start."""
     script = tmp_path / "preloaded_child.py"
     script.write_text(PRELOADED_CHILD)
     done = subprocess.run(
@@ -632,7 +636,7 @@ def test_a_trial_process_is_born_with_every_suite_module_it_runs(tmp_path):
         cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "[]", done.stdout
+    assert done.stdout.strip() == "([], [1, 1])", done.stdout
 
 
 def _sigterm_caught(pid: int) -> bool:
