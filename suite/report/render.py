@@ -174,11 +174,8 @@ def _close_spawned(spawned: _Spawned) -> None:
             pipe.close()
         except OSError:
             pass
-    try:
-        proc.wait(timeout=10)  # it exits at the end of its pipe
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    proc.kill()  # it has drawn nothing anyone waits for (and may still be importing)
+    proc.wait()
 
 
 class FigureRenderer:
