@@ -54,7 +54,7 @@ module a trial process runs besides (this module, the trial's target, with the r
 probe and psutil; ``suite.cli``, which a child of the ``suite`` console script re-imports as its main module). A
 trial process that imported those itself spent 60-80 ms of its start on them (``-X importtime``, 2026-12-04: ~5
 CPU-seconds over the main job's 72 trials); its memory baseline held them anyway (recorded RSS 1-3 MB lower since).
-``suite.executors.preload`` fills the provenance caches in the server (another ~30 ms of each trial's start).
+``suite.executors.preload`` fills the provenance caches in the server (another ~30 ms of each trial, at its end).
 Not ``torch._dynamo``: torch imports it the first time a ``torch.optim`` optimizer is built (``torch/_compile.py``),
 which the suite's own algorithms no longer do (their fused Adam step is the shared core's), and a forked child
 inherits the forkserver's pages as its own resident memory: preloading it put 69 MB of torch's compiler stack into
