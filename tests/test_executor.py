@@ -8,6 +8,7 @@ each."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -548,51 +549,9 @@ def test_a_trial_with_imports_is_forked_from_a_server_that_has_them(tmp_path):
     assert done.stdout.split("\n")[0] == "(False, True) (True, True) True True False", done.stderr[-3000:]
 
 
-LEAN_CHILD = textwrap.dedent(
+TRIAL_CHILD = textwrap.dedent(
     """
-    import multiprocessing as mp, sys
-
-    def probe(conn):
-        import suite.cli  # what the child re-imports as its main module (the ``suite`` console script's)
-        from suite.executors.local import _worker  # the trial processes' target, unpickled from this module
-        from suite.trial import TrialSpec, run_trial
-
-        for algo in ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise"):
-            for env in ("CartPole-v1", "TextMatch-v0"):
-                run_trial(TrialSpec(algo, env, 0, 300, n_eval_episodes=1).resolve())
-        conn.send([m for m in ("pandas", "pyarrow", "scipy", "matplotlib") if m in sys.modules])
-
-    if __name__ == "__main__":
-        from suite.executors.local import _context, start_forkserver
-
-        start_forkserver()
-        parent, child = mp.get_context("forkserver").Pipe(duplex=False)
-        process = _context().Process(target=probe, args=(child,))
-        process.start()
-        child.close()
-        print(parent.recv())
-        process.join()
-    """
-)
-
-
-def test_a_suite_trial_process_loads_no_pandas(tmp_path):
-    """pandas (with pyarrow) is the driver's and the report's: a trial process that imported it (it came with the
-    results store through the executors' package) spent ~0.3 s of every trial's start on it and carried ~65 MB of it
-    in every trial's recorded peak RSS (ppo on TextMatch: 261 -> 194 MB once it was gone, 2026-12-03)."""
-    script = tmp_path / "lean_child.py"
-    script.write_text(LEAN_CHILD)
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-        cwd=Path(__file__).resolve().parents[1],
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "[]", done.stdout
-
-
-PRELOADED_CHILD = textwrap.dedent(
-    """
-    import multiprocessing as mp, sys
+    import json, multiprocessing as mp, sys
 
     def probe(conn):
         born_with = set(sys.modules)
@@ -604,9 +563,14 @@ PRELOADED_CHILD = textwrap.dedent(
         from suite.trial import TrialSpec, run_trial
 
         for algo in ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise"):
-            run_trial(TrialSpec(algo, "TextMatch-v0", 0, 300, n_eval_episodes=1).resolve())
+            for env in ("CartPole-v1", "TextMatch-v0"):
+                run_trial(TrialSpec(algo, env, 0, 300, n_eval_episodes=1).resolve())
         new = set(sys.modules) - born_with
-        conn.send((sorted(m for m in new if m.split(".")[0] in ("suite", "psutil", "sqlite3", "pandas")), warm))
+        conn.send({
+            "heavy": [m for m in ("pandas", "pyarrow", "scipy", "matplotlib") if m in sys.modules],
+            "imported": sorted(m for m in new if m.split(".")[0] in ("suite", "psutil", "sqlite3", "pandas")),
+            "warm": warm,
+        })
 
     if __name__ == "__main__":
         from suite.executors.local import _context, start_forkserver
@@ -616,27 +580,41 @@ PRELOADED_CHILD = textwrap.dedent(
         process = _context().Process(target=probe, args=(child,))
         process.start()
         child.close()
-        print(parent.recv())
+        print(json.dumps(parent.recv()))
         process.join()
     """
 )
 
 
-def test_a_trial_process_is_born_with_every_suite_module_it_runs(tmp_path):
-    """Every module a trial process runs (the executor's worker and the results store under it, the memory probe,
-    psutil, the CLI it re-imports as its main module) is preloaded by the forkserver: a trial process that imported
-    them itself spent 60-80 ms of every trial's start on it (measured 2026-12-04 with ``-X importtime``: 72 trials of
-    the main job, ~5 CPU-seconds), and forked it costs nothing (its resident memory at birth is not larger: the trial
-    imported them before its memory baseline anyway). Its provenance caches (git state, package versions) are
-    filled too: it no longer runs git at its start."""
-    script = tmp_path / "preloaded_child.py"
-    script.write_text(PRELOADED_CHILD)
+@pytest.fixture(scope="module")
+def trial_child(tmp_path_factory) -> dict[str, Any]:
+    """What a real forkserver child had loaded after running the five suite algorithms on CartPole and TextMatch."""
+    script = tmp_path_factory.mktemp("trial-child") / "trial_child.py"
+    script.write_text(TRIAL_CHILD)
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300,
         cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "([], [1, 1])", done.stdout
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_suite_trial_process_loads_no_pandas(trial_child):
+    """pandas (with pyarrow) is the driver's and the report's: a trial process that imported it (it came with the
+    results store through the executors' package) spent ~0.3 s of every trial's start on it and carried ~65 MB of it
+    in every trial's recorded peak RSS (ppo on TextMatch: 261 -> 194 MB once it was gone, 2026-12-03)."""
+    assert trial_child["heavy"] == []
+
+
+def test_a_trial_process_is_born_with_every_suite_module_it_runs(trial_child):
+    """Every module a trial process runs (the executor's worker and the results store under it, the memory probe,
+    psutil, the CLI it re-imports as its main module) is preloaded by the forkserver: a trial process that imported
+    them itself spent 60-80 ms of every trial's start on it (measured 2026-12-04 with ``-X importtime``: 72 trials of
+    the main job, ~5 CPU-seconds), and forked it costs nothing (its resident memory at birth is not larger: the trial
+    imported them before its memory baseline anyway). Its provenance caches (git state, package versions) are
+    filled too: it no longer runs git when it records its provenance."""
+    assert trial_child["imported"] == []
+    assert trial_child["warm"] == [1, 1]
 
 
 def _sigterm_caught(pid: int) -> bool:
