@@ -101,9 +101,9 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
 def warm() -> None:
     """Fill this process's provenance caches (git state, package versions, CPU, platform). The trial forkservers call
     it when they start (:mod:`suite.executors.preload`): their trial processes are born with the caches filled, where
-    each filled them itself before (two ``git rev-parse``, ``git status``, package metadata, ``uname -p``: ~30 ms of
-    every trial's start, 2026-12-04). So a trial records the checkout's state when its run started, the code its
-    forkserver imported."""
+    each filled them itself before (two ``git rev-parse``, ``git status``, package metadata, ``uname -p``: 27-30 ms
+    of every trial, when it recorded its provenance; 2026-12-04). So a trial records the checkout's state when its
+    run started, the code its forkserver imported."""
     _git_state(_suite_root())
     _package_versions()
     _cpu_model()

@@ -13,7 +13,8 @@ arguments (:class:`FigureJob`), drawn by the same code whichever process takes i
 same (tested). Without a spare CPU, with ``SUITE_REPORT_HELPER=0``, or when the helper cannot start or dies, this
 process draws what is left; a figure whose drawing raised in the helper is drawn again here, so that its exception
 surfaces with its traceback. The helper's own output is discarded (a helper that cannot even import only makes the
-report slower, never noisier).
+report slower, never noisier). ``suite run`` starts the helper earlier still, when its last trials leave a worker idle
+(:func:`prepare`): the next renderer of the process takes it over.
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def prepare(helper: bool | None = None) -> Callable[[], None]:
     it over, ready) and import the report's modules (matplotlib, seaborn, pandas: ~1.5 s) in a thread.
 
     Returns a function that waits for those imports; call it before this process does anything else (another import
-    in the meantime could wait on the thread's). A helper no report takes exits with this process (its pipes close).
-    Nothing a report writes depends on it: the files are the same with or without."""
+    in the meantime could wait on the thread's). A helper no report takes is stopped by :func:`discard_prepared` (or
+    exits with this process, its pipes closed). Nothing a report writes depends on it: the files are the same."""
     global _prepared
     if _helper_wanted(helper):
         with _prepared_lock:
