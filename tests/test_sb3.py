@@ -345,3 +345,110 @@ def test_the_suite_s_own_trials_do_not_load_stable_baselines3():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# -- ppo is SB3's PPO, update for update -------------------------------------------------------------------------
+# Suite module name -> SB3 ActorCriticPolicy name (twin MLPs: policy and value networks share no layer).
+_SB3_NAMES = {
+    "pi.0": "mlp_extractor.policy_net.0", "pi.2": "mlp_extractor.policy_net.2", "pi.4": "action_net",
+    "vf.0": "mlp_extractor.value_net.0", "vf.2": "mlp_extractor.value_net.2", "vf.4": "value_net",
+}  # fmt: skip
+
+
+def _as_sb3_state(policy: nn.Module) -> dict[str, Any]:
+    out = {}
+    for key, value in policy.state_dict().items():
+        if key == "log_std":
+            if policy.log_std.requires_grad:  # a Gaussian head's; the categorical head keeps an unused one
+                out[key] = value.clone()
+            continue
+        layer, name = key.rsplit(".", 1)
+        out[f"{_SB3_NAMES[layer]}.{name}"] = value.clone()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("env_id", "overrides"),
+    [
+        ("CartPole-v1", {}),  # the zoo's: one minibatch of the whole 256-sample rollout, 20 epochs
+        ("CartPole-v1", {"batch_size": 64, "ent_coef": 0.01}),  # 4 shuffled minibatches an epoch, entropy bonus
+        ("CartPole-v1", {"batch_size": 64, "clip_range_vf": 0.2, "n_epochs": 3}),  # clipped value loss
+        ("Hopper-v5", {"normalize": False, "n_steps": 64}),  # Gaussian head, ReLU, 256 units, grad-norm clip 0.7
+    ],
+)
+def test_a_ppo_update_is_sb3_ppos_train_on_the_same_rollout(env_id, overrides, monkeypatch):
+    """The suite's ``ppo`` (hand-derived forward/backward, flat Adam, numpy loss) and SB3's ``PPO.train()`` (autograd,
+    ``torch.optim.Adam``), started from the same weights, given the same rollout and the same minibatches in the same
+    order, end one whole update (all epochs) with the same parameters to float rounding (~1e-7 here), and the same
+    advantages, returns and loss metrics. So the two differ only where their random streams do (action sampling,
+    shuffling): the steps either needs to reach a score on a given seed are the luck of its trajectory, and the speed
+    ratios of benchmarks/bench_ppo_vs_sb3.py compare the same algorithm doing the same work.
+
+    SB3 logs ``approx_kl`` for the last epoch only (its list is reset every epoch); the suite records the update's
+    mean, so that one metric is not compared."""
+    import torch
+    from stable_baselines3.common.logger import Logger
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from suite.algorithms.ppo import PPOTrainer
+    from suite.trial import TrialContext, seed_everything
+
+    resolved = TrialSpec("ppo", env_id, 0, 100_000, overrides=overrides).resolve()
+    cfg = resolved.config
+    seed_everything(0, 1)
+    ctx = TrialContext(resolved)
+    try:
+        trainer = PPOTrainer(ctx, cfg)
+        rollout = trainer.collector.collect()
+        progress = ctx.steps / ctx.total_timesteps
+        adv, ret = trainer.advantages(rollout)
+
+        scfg = TrialSpec("sb3-ppo", env_id, 0, 100_000, overrides=overrides).resolve().config
+        flavour = sb3.FLAVOURS["ppo"]
+        venv = DummyVecEnv([lambda: gym.make(env_id)] * scfg.n_envs)
+        model = flavour.sb3_cls(scfg.policy, venv, device="cpu", **sb3.sb3_kwargs(flavour, scfg, venv.action_space))
+        model.set_logger(Logger(folder=None, output_formats=[]))
+        model.policy.load_state_dict(_as_sb3_state(trainer.policy))
+
+        # the same rollout in SB3's buffer: episode_starts[t] = dones[t - 1]
+        T, N = rollout.rewards.shape
+        obs, actions = rollout.obs.tensor().numpy(), rollout.actions.numpy()
+        buf = model.rollout_buffer
+        buf.reset()
+        starts = np.zeros(N, dtype=np.float32)
+        for t in range(T):
+            buf.add(obs[t], actions[t].reshape(N, -1), rollout.rewards[t], starts,
+                    torch.from_numpy(rollout.values[t].mean(-1)), torch.from_numpy(rollout.log_probs[t]))  # fmt: skip
+            starts = rollout.dones[t]
+        buf.compute_returns_and_advantage(torch.from_numpy(rollout.last_values.mean(-1)), rollout.dones[T - 1])
+        np.testing.assert_allclose(buf.advantages, adv, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(buf.returns, ret, rtol=1e-6, atol=1e-6)
+
+        # the same minibatches in the same order: the suite's flat index is time-major (t N + e), SB3's env-major
+        perms = [np.random.default_rng(epoch).permutation(T * N) for epoch in range(cfg.n_epochs)]
+        suite_perms = iter(perms)
+        sb3_perms = iter([(p % N) * T + p // N for p in perms])
+        with monkeypatch.context() as m:
+            m.setattr(torch, "randperm", lambda n, *a, **k: torch.from_numpy(next(suite_perms)))
+            metrics = trainer.update(rollout, adv, ret, progress)
+        with monkeypatch.context() as m:
+            m.setattr(np.random, "permutation", lambda n: next(sb3_perms))
+            model._current_progress_remaining = 1.0 - progress
+            model.train()
+        assert next(suite_perms, None) is None and next(sb3_perms, None) is None  # each took every epoch's order
+
+        ours, theirs = _as_sb3_state(trainer.policy), model.policy.state_dict()
+        assert ours.keys() <= theirs.keys()
+        for key, value in ours.items():
+            torch.testing.assert_close(value, theirs[key], rtol=0, atol=1e-6, msg=key)
+        logged = model.logger.name_to_value
+        for ours_key, sb3_key, sign in [
+            ("policy_loss", "policy_gradient_loss", 1), ("value_loss", "value_loss", 1),
+            ("entropy", "entropy_loss", -1), ("clip_fraction", "clip_fraction", 1),
+            ("learning_rate", "learning_rate", 1), ("clip_range", "clip_range", 1),
+            ("explained_variance", "explained_variance", 1),
+        ]:  # fmt: skip
+            assert metrics[ours_key] == pytest.approx(sign * float(logged[f"train/{sb3_key}"]), rel=1e-5, abs=1e-7)
+        assert metrics["n_minibatches"] == cfg.n_epochs * -(-T * N // cfg.batch_size)
+    finally:
+        ctx.close()
