@@ -52,6 +52,32 @@ def test_the_limit_does_the_same_work_per_step_under_gradient_accumulation():
     assert prof.limit["train_steps"] == 20 and prof.limit["train_batch"] == 256
 
 
+def test_the_limit_makes_the_network_passes_the_loss_makes(monkeypatch):
+    """``ppo-rlvr-prm``'s hand-derived update runs its input-gradient penalty's passes (the policy network's Jacobian,
+    forward and backward) every train step: the limit makes them too, once per train step of the same batch, and
+    names them; on the autograd path it says it lacks them; without the penalty there is nothing to add."""
+    import suite.algorithms.ppo_rlvr_prm as rlvr
+
+    batches = []
+    real = rlvr.jacobian_penalty
+
+    def counting(acts, *args, **kwargs):
+        batches.append(acts[0].shape[0])
+        return real(acts, *args, **kwargs)
+
+    monkeypatch.setattr(rlvr, "jacobian_penalty", counting)
+    prof = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, with_cprofile=False)
+    lim = prof.limit
+    assert lim["network_path"] == "hand-derived kernel + input-gradient penalty (exact)"
+    assert len(batches) == prof.calls["forward"] + lim["train_steps"]  # the training's, then the limit's
+    assert batches[-lim["train_steps"] :] == [lim["train_batch"]] * lim["train_steps"] == [256] * 20
+    batches.clear()
+    auto = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, overrides={"hand_derived": False}, with_cprofile=False)
+    assert auto.limit["network_path"].endswith("; without the loss's input-gradient penalty (exact)") and not batches
+    plain = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, overrides={"smooth_coef": 0.0}, with_cprofile=False)
+    assert plain.limit["network_path"] == "hand-derived kernel" and not batches
+
+
 def test_profile_of_an_autograd_algorithm_names_its_path():
     prof = profile_speed("ppo", "ALE/Pong-v5", steps=64, overrides={"n_envs": 2, "n_steps": 32, "batch_size": 32},
                          with_cprofile=False)  # fmt: skip

@@ -332,6 +332,14 @@ class ActorCriticTrainer:
         """Per-sample tensors ``(n, ...)`` a variant's loss needs besides the standard fields."""
         return {}
 
+    def network_extra(self) -> tuple[str, Callable[[], None] | None] | None:
+        """Network passes a train step makes beyond the network's forward and backward (a loss term on the network's
+        input gradient), as ``(what, run)``: ``run()`` makes them once on the kernel's last
+        :meth:`~suite.algorithms.fused.PolicyKernel.evaluate` and adds their gradient; None where the update makes
+        them by autograd. ``suite profile speed`` adds ``run`` to every train step of its limit (the network alone
+        doing the same work), or says the limit lacks them. None: there are none."""
+        return None
+
 
 def ppo_policy_value_loss(
     trainer: ActorCriticTrainer, mb: Minibatch, clip: float

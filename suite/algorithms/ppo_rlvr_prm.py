@@ -44,6 +44,7 @@ budgets or protocol, and Pong above 21 is impossible; the suite measures instead
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +167,18 @@ def js_gaussian_mc(
     return total / n_samples
 
 
+def policy_jacobian_penalty(cfg: RlvrPrmConfig, kernel: Any, coef: float) -> tuple[np.ndarray, Callable[[], None]]:
+    """:func:`jacobian_penalty` of the policy network as the kernel's last evaluate left it (``coef``: the factor on
+    the sum over samples), its Hutchinson probes (``cfg.smooth_probes``) drawn as :func:`input_gradient_penalty`
+    draws them: same stream, same order."""
+    acts, layers = kernel.policy_network()
+    probes = None
+    if cfg.smooth_probes:
+        B, P = acts[0].shape[0], layers[-1][0].shape[0]
+        probes = torch.stack([torch.randn(B, P) for _ in range(cfg.smooth_probes)])
+    return jacobian_penalty(acts, layers, kernel.tanh, coef, probes)
+
+
 def input_gradient_penalty(outputs: torch.Tensor, inputs: torch.Tensor, probes: int = 0) -> torch.Tensor:
     """``||d outputs / d inputs||_F^2`` per sample, differentiable (double backward).
 
@@ -243,16 +256,26 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         js_mean = float(js.mean())
         smooth = 0.0
         if cfg.smooth_coef > 0:
-            acts, layers = kernel.policy_network()
-            probes = None
-            if cfg.smooth_probes:  # drawn as input_gradient_penalty draws them: same stream, same order
-                P = layers[-1][0].shape[0]
-                probes = torch.stack([torch.randn(B, P) for _ in range(cfg.smooth_probes)])
-            per_sample, fl.add_grads = jacobian_penalty(acts, layers, kernel.tanh, cfg.smooth_coef * w / B, probes)
+            per_sample, fl.add_grads = policy_jacobian_penalty(cfg, kernel, cfg.smooth_coef * w / B)
             smooth = float(per_sample.mean())
         fl.loss += (cfg.js_coef * js_mean + cfg.smooth_coef * smooth) * w
         fl.metrics.update(js=js_mean, smooth_penalty=smooth)
         return fl
+
+    def network_extra(self) -> tuple[str, Callable[[], None] | None] | None:
+        """The smoothness penalty's passes (forward and backward through the policy network's Jacobian, per sample);
+        ``run`` where the hand-derived update makes them (autograd's double backward otherwise)."""
+        cfg = self.cfg
+        if cfg.smooth_coef <= 0 or self.policy.image:
+            return None
+
+        def run() -> None:
+            B = self.kernel.policy_network()[0][0].shape[0]  # type: ignore[union-attr]
+            policy_jacobian_penalty(cfg, self.kernel, cfg.smooth_coef / B)[1]()
+
+        k = cfg.smooth_probes
+        what = f"Hutchinson, {k} probe{'s' if k > 1 else ''}" if k else "exact"
+        return f"input-gradient penalty ({what})", run if self.fused else None
 
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg, policy = self.cfg, self.policy

@@ -12,8 +12,10 @@ One training slice of an algorithm on an env is run three times in this process,
    sub-env steps where training stepped only the running episodes' sub-envs, as GRPO's groups do) and the network
    alone (as many inference forwards of the same batch, as many forward + backward + optimiser steps of the same
    minibatch size, on random inputs, through the same path training used: the hand-derived kernel of
-   :mod:`suite.algorithms.fused` where it applies, modules and autograd otherwise). Training steps/s as a
-   fraction of the limit's steps/s says how much of the loop is overhead;
+   :mod:`suite.algorithms.fused` where it applies, modules and autograd otherwise; with the network passes the
+   loss itself makes on that path, such as ``ppo-rlvr-prm``'s input-gradient penalty:
+   ``ActorCriticTrainer.network_extra``). Training steps/s as a fraction of the limit's steps/s says how much of
+   the loop is overhead;
 3. **top functions**: under ``cProfile`` (which adds ~1 us per Python call, so it inflates Python-heavy parts;
    its times are for ranking, the timed run's are the figures).
 
@@ -253,6 +255,9 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
     x_inf = inputs(max(b_inf, 1))
     x_train = inputs(max(b_train, 1))
     actions = torch.zeros(max(b_train, 1), *policy.action_shape, dtype=torch.long if policy.discrete else torch.float32)
+    hook = getattr(trainer, "network_extra", None)
+    extra = hook() if hook is not None else None
+    run_extra = extra[1] if extra is not None and fused_update and kernel is not None else None
     t = now()
     with torch.no_grad():
         for _ in range(n_inf):
@@ -266,14 +271,18 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
             logp, ent, values, state = kernel.evaluate(x_train, actions)
             dv = None if values is None else np.ones_like(values)
             kernel.backward(state, np.ones_like(logp), None, dv)
+            if run_extra is not None:
+                run_extra()
         else:
             params, values = policy(x_train)
             (params.sum() + (values.sum() if values is not None else 0.0)).backward()
         stepper.apply()
-    path = "hand-derived kernel" if fused_update and kernel is not None else "modules + autograd"
     elapsed = now() - t
+    path = "hand-derived kernel" if fused_update and kernel is not None else "modules + autograd"
     if kernel is not None and not fused_update:
         path += " (kernel inference)"
+    if extra is not None:
+        path += f" + {extra[0]}" if run_extra is not None else f"; without the loss's {extra[0]}"
     return elapsed, path
 
 
