@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
 import subprocess
@@ -16,11 +15,9 @@ SCRIPT = REPO / "benchmarks" / "bench_mainjob.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_mainjob", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from benchmarks import bench_mainjob  # the repository root is on pytest's path (pyproject.toml)
+
+    return bench_mainjob
 
 
 def _run(side: str, wall: float, suite_s: float, sb3_s: float) -> dict:
