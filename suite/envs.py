@@ -631,12 +631,14 @@ class SeededCartPole(VectorEnv):
         self.action_space = gym.vector.utils.batch_space(ref.action_space, n_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
         self.render_mode = None
-        self.c = ref
         self._rngs: list[np.random.Generator | None] = [None] * n_envs
         self.state = np.zeros((n_envs, 4), dtype=np.float64)
         self._elapsed = np.zeros(n_envs, dtype=np.int64)
-        self._returns = np.zeros(n_envs, dtype=np.float64)
-        self._lengths = np.zeros(n_envs, dtype=np.int64)
+        """Steps since each env's reset: its episode length, and its return (1 per step)."""
+        self._consts = (
+            ref.force_mag, ref.polemass_length, ref.total_mass, ref.gravity, ref.length, ref.masspole, ref.tau,
+            ref.x_threshold, ref.theta_threshold_radians, ref.kinematics_integrator == "euler",
+        )  # fmt: skip
 
     def _reset_one(self, k: int, seed: int | None) -> None:
         rng = self._rngs[k]
@@ -645,8 +647,6 @@ class SeededCartPole(VectorEnv):
             self._rngs[k] = rng
         self.state[k] = rng.uniform(low=-0.05, high=0.05, size=(4,))  # CartPoleEnv.reset
         self._elapsed[k] = 0
-        self._returns[k] = 0.0
-        self._lengths[k] = 0
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -667,53 +667,51 @@ class SeededCartPole(VectorEnv):
         # CartPoleVectorEnv.reset: one (4, n) draw
         self.state = np.ascontiguousarray(self._rng.uniform(low=-0.05, high=0.05, size=(4, self.num_envs)).T)
         self._elapsed[:] = 0
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
         return self.state.astype(np.float32), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         a = np.asarray(actions)
-        if a.shape != (self.num_envs,) or a.min() < 0 or a.max() > 1:
+        acts = a.tolist() if a.shape == (self.num_envs,) else None
+        if acts is None or min(acts) < 0 or max(acts) > 1:
             raise ValueError(f"CartPole actions must be {self.num_envs} values in {{0, 1}}, got {actions!r}")
-        c = self.c
-        x, x_dot, theta, theta_dot = self.state.T
-        # CartPoleEnv.step, term for term (float64), on every env at once
-        force = np.where(a == 1, c.force_mag, -c.force_mag)
-        costheta = np.cos(theta)
-        sintheta = np.sin(theta)
-        temp = (force + c.polemass_length * np.square(theta_dot) * sintheta) / c.total_mass
-        thetaacc = (c.gravity * sintheta - costheta * temp) / (
-            c.length * (4.0 / 3.0 - c.masspole * np.square(costheta) / c.total_mass)
-        )
-        xacc = temp - c.polemass_length * thetaacc * costheta / c.total_mass
-        if c.kinematics_integrator == "euler":
-            x = x + c.tau * x_dot
-            x_dot = x_dot + c.tau * xacc
-            theta = theta + c.tau * theta_dot
-            theta_dot = theta_dot + c.tau * thetaacc
-        else:  # semi-implicit euler
-            x_dot = x_dot + c.tau * xacc
-            x = x + c.tau * x_dot
-            theta_dot = theta_dot + c.tau * thetaacc
-            theta = theta + c.tau * theta_dot
-        self.state = np.stack((x, x_dot, theta, theta_dot), axis=1)
-        terminated = (
-            (x < -c.x_threshold)
-            | (x > c.x_threshold)
-            | (theta < -c.theta_threshold_radians)
-            | (theta > c.theta_threshold_radians)
-        )
-        self._elapsed += 1
+        # CartPoleEnv.step, term for term, per env in Python floats (IEEE float64, the same operations in the same
+        # order as the env's numpy scalars: bit for bit, tested): on 8 envs ~3x faster than ~35 numpy calls on
+        # 8-element arrays. cos and sin stay numpy's (the env's own functions, one call each for all envs).
+        force_mag, pml, total_mass, gravity, length, masspole, tau, x_max, theta_max, euler = self._consts
+        angles = self.state[:, 2]
+        cos_l, sin_l = np.cos(angles).tolist(), np.sin(angles).tolist()
+        rows: list[tuple[float, float, float, float]] = []
+        ended: list[bool] = []
+        for act, (x, x_dot, theta, theta_dot), costheta, sintheta in zip(acts, self.state.tolist(), cos_l, sin_l, strict=True):
+            force = force_mag if act == 1 else -force_mag
+            temp = (force + pml * (theta_dot * theta_dot) * sintheta) / total_mass
+            thetaacc = (gravity * sintheta - costheta * temp) / (
+                length * (4.0 / 3.0 - masspole * (costheta * costheta) / total_mass)
+            )
+            xacc = temp - pml * thetaacc * costheta / total_mass
+            if euler:
+                x = x + tau * x_dot
+                x_dot = x_dot + tau * xacc
+                theta = theta + tau * theta_dot
+                theta_dot = theta_dot + tau * thetaacc
+            else:  # semi-implicit euler
+                x_dot = x_dot + tau * xacc
+                x = x + tau * x_dot
+                theta_dot = theta_dot + tau * thetaacc
+                theta = theta + tau * theta_dot
+            rows.append((x, x_dot, theta, theta_dot))
+            ended.append(x < -x_max or x > x_max or theta < -theta_max or theta > theta_max)
+        self.state = np.array(rows, dtype=np.float64)
+        terminated = np.array(ended, dtype=bool)
+        self._elapsed += 1  # the episode's length and (1 per step) its return
         truncated = self._elapsed >= self.max_episode_steps  # TimeLimit
-        self._returns += 1.0
-        self._lengths += 1
         obs = self.state.astype(np.float32)
         # SyncVectorEnv's rewards are float64, CartPoleVectorEnv's float32 (1.0 either way)
         rewards = np.ones(self.num_envs, dtype=np.float64 if self.per_env_seeds else np.float32)
         done = terminated | truncated
         info: dict[str, Any] = {}
         if done.any():
-            info = _episode_info(done, self._returns.copy(), self._lengths.copy(), obs.copy())
+            info = _episode_info(done, self._elapsed.astype(np.float64), self._elapsed.copy(), obs.copy())
             idx = np.flatnonzero(done)
             if self.per_env_seeds:
                 for k in idx:
@@ -722,8 +720,6 @@ class SeededCartPole(VectorEnv):
                 assert self._rng is not None
                 self.state[idx] = self._rng.uniform(low=-0.05, high=0.05, size=(4, idx.size)).T
                 self._elapsed[idx] = 0
-                self._returns[idx] = 0.0
-                self._lengths[idx] = 0
             obs[idx] = self.state[idx].astype(np.float32)
         return obs, rewards, terminated, truncated, info
 

@@ -611,3 +611,44 @@ def test_auto_cartpole_equals_gymnasiums_vector_env_made_same_step(cap: int | No
             np.testing.assert_array_equal(f1[m1], f2[m2])
             ended += int(m1.sum())
     assert ended > n
+
+
+@pytest.mark.parametrize("integrator", ["euler", "semi-implicit euler"])
+def test_cartpole_twin_dynamics_are_gymnasiums_bit_for_bit(integrator: str) -> None:
+    """The twin's per-env float arithmetic gives CartPoleEnv.step's float64 state exactly (not only its float32
+    observations), over states far wider than random play reaches (1e-3 to 10x the termination bounds)."""
+    import warnings
+
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    from suite.envs import SeededCartPole
+
+    n = 16
+    fast = SeededCartPole(n, 10**9)
+    fast.reset(seed=0)
+    refs = [CartPoleEnv() for _ in range(n)]
+    for r in refs:
+        r.reset(seed=0)
+        r.kinematics_integrator = integrator
+    consts = list(fast._consts)
+    consts[7:] = [float("inf"), float("inf"), integrator == "euler"]  # never terminate: compare every row
+    fast._consts = tuple(consts)
+    rng = np.random.default_rng(0)
+    compared = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reference warns when stepped past its termination
+        for _ in range(40):
+            start = rng.uniform(-1, 1, (n, 4)) * np.array([2.4, 3.0, 0.21, 3.0]) * 10.0 ** rng.uniform(-3, 1)
+            fast.state = start.copy()
+            for k, r in enumerate(refs):
+                r.state = start[k].copy()
+            for _ in range(15):
+                a = rng.integers(0, 2, n)
+                fast.step(a)
+                for k, r in enumerate(refs):
+                    r.step(int(a[k]))
+                want = np.array([r.state for r in refs])
+                assert fast.state.dtype == np.float64
+                np.testing.assert_array_equal(fast.state.view(np.int64), want.view(np.int64))
+                compared += n
+    assert compared == 40 * 15 * n
