@@ -744,48 +744,60 @@ class VectorTextMatch(VectorEnv):
         self.action_space = gym.vector.utils.batch_space(ref.action_space, n_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
         self.render_mode = None
-        self._pos = np.zeros(n_envs, dtype=np.int64)
+        self._codes_l: list[int] = self._codes.tolist()
+        # per-env state in Python lists: a step is a few operations per env, cheaper in Python than as numpy calls
+        self._pos = [0] * n_envs
         self._text = [""] * n_envs
-        self._returns = np.zeros(n_envs, dtype=np.float64)
+        self._returns = [0.0] * n_envs
 
     def _obs(self) -> np.ndarray:
-        return (self._pos / len(self.target)).astype(np.float32).reshape(-1, 1)
+        n = len(self.target)
+        return np.array([p / n for p in self._pos], dtype=np.float32).reshape(-1, 1)  # (pos / len) in float64, cast
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         _per_env_seeds(seed, self.num_envs)  # validates; the env is deterministic
-        self._pos[:] = 0
+        self._pos = [0] * self.num_envs
         self._text = [""] * self.num_envs
-        self._returns[:] = 0.0
+        self._returns = [0.0] * self.num_envs
         texts = np.array(self._text, dtype=object)
         return self._obs(), {"text": texts, "_text": np.ones(self.num_envs, dtype=bool)}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         a = np.asarray(actions)
-        if a.shape != (self.num_envs,) or not ((a >= 0) & (a < len(self.charset))).all():
-            raise ValueError(f"action {actions!r} outside Discrete({len(self.charset)}) x {self.num_envs}")
-        rewards = np.where(a == self._codes[self._pos], self.match, self.mismatch)
-        self._text = [t + self.charset[int(k)] for t, k in zip(self._text, a, strict=True)]
-        self._pos += 1
-        self._returns += rewards
-        terminated = self._pos == len(self.target)
-        truncated = (self._pos >= self.limit) & ~terminated
+        n_chars = len(self.charset)
+        acts = a.tolist() if a.shape == (self.num_envs,) else None
+        if acts is None or not all(0 <= k < n_chars for k in acts):
+            raise ValueError(f"action {actions!r} outside Discrete({n_chars}) x {self.num_envs}")
+        codes, charset, text, pos, returns = self._codes_l, self.charset, self._text, self._pos, self._returns
+        n, limit, match, mismatch = len(self.target), self.limit, self.match, self.mismatch
+        rewards_l, term_l, trunc_l = [], [], []
+        for k, act in enumerate(acts):
+            p = pos[k]
+            r = match if act == codes[p] else mismatch
+            text[k] += charset[int(act)]
+            pos[k] = p = p + 1
+            returns[k] += r
+            rewards_l.append(r)
+            term_l.append(p == n)
+            trunc_l.append(p >= limit and p != n)
+        rewards = np.array(rewards_l, dtype=np.float64)
+        terminated = np.array(term_l, dtype=bool)
+        truncated = np.array(trunc_l, dtype=bool)
         done = terminated | truncated
         obs = self._obs()
-        texts = np.array(self._text, dtype=object)
+        texts = np.array(text, dtype=object)
         info: dict[str, Any] = {"text": texts, "_text": np.ones(self.num_envs, dtype=bool)}
         if done.any():
-            final = _episode_info(done, self._returns.copy(), self._pos.copy(), obs.copy())
+            final = _episode_info(done, np.array(returns, dtype=np.float64), np.array(pos, dtype=np.int64), obs.copy())
             final["final_info"]["text"] = np.array([t if d else None for t, d in zip(texts, done, strict=True)], dtype=object)
             final["final_info"]["_text"] = done
             info.update(final)
-            self._pos[done] = 0
-            self._returns[done] = 0.0
-            for k in np.flatnonzero(done):
-                self._text[k] = ""
+            for k in np.flatnonzero(done).tolist():
+                pos[k], returns[k], text[k] = 0, 0.0, ""
             obs = self._obs()
-            info["text"] = np.array(self._text, dtype=object)
+            info["text"] = np.array(text, dtype=object)
         return obs, rewards, terminated, truncated, info
 
 

@@ -518,6 +518,10 @@ def test_numpy_twins_equal_sync_vector_env(env_id: str, kwargs: dict[str, Any], 
         if m1.any():
             np.testing.assert_array_equal(f1[m1], f2[m2])
             ended += int(m1.sum())
+        if env_id == "TextMatch-v0":  # the texts so far, and the finished ones' whole texts
+            assert r1[4]["text"].tolist() == r2[4]["text"].tolist()
+            if m1.any():
+                assert r1[4]["final_info"]["text"][m1].tolist() == r2[4]["final_info"]["text"][m2].tolist()
     assert ended >= n  # every env ended at least once on average
     o1, _ = fast.reset(seed=3)  # an int seed is seed + k, as in SyncVectorEnv
     o2, _ = ref.reset(seed=3)
