@@ -7,11 +7,14 @@ A = after: a drift of the machine's speed during the measurement hits both sides
 
 Per run it records the whole job's wall time, the load average, and from the run's database the trial time of every
 algorithm. The summary separates the suite's own algorithms from the SB3 baselines (``sb3-*``), whose code is the
-same at both commits: their trial time is a **control**. On a shared or virtual machine the same trial's time moves
-by tens of percent within an hour (measured 2026-12-03: one ``sb3-ppo`` CartPole trial 23.5-35.2 s in six runs), so
-besides the raw ratios the summary gives each run's ratios normalised by its control (``control = SB3 trial time of
-the run / mean over all runs``; a run's normalised wall is its wall / its control), which cancel a drift of the
-machine's speed that hits every trial of a run alike, and says so when the control itself moved.
+same at both commits, but whose env steps run the suite's own vector envs (:class:`suite.algorithms.sb3.SuiteVecEnv`),
+which a commit may speed up: the **control** is therefore the baselines' *update* time (``update_time_s``: SB3's
+learning code, the same at both sides), not their whole trial time. On a shared or virtual machine the same trial's
+time moves by tens of percent within an hour (measured 2026-12-03: one ``sb3-ppo`` CartPole trial 23.5-35.2 s in
+six runs), so besides the raw ratios the summary gives each run's ratios normalised by its control (``control = SB3
+update time of the run / mean over all runs``; a run's normalised wall is its wall / its control), which cancel a
+drift of the machine's speed that hits every trial of a run alike, and says so when the control itself moved. Runs
+recorded without it (older ``runs.json``) fall back to the baselines' trial time.
 
     python benchmarks/bench_mainjob.py --before 01b7274 --after HEAD                     # ~4 main jobs
     python benchmarks/bench_mainjob.py --before 01b7274 --after HEAD --repeat 2 --out results/speed/mainjob.csv
@@ -81,14 +84,23 @@ def trial_times(db: Path) -> dict[str, float]:
     return {algo: float(s or 0.0) for algo, s in rows}
 
 
+def baseline_update_time(db: Path) -> float:
+    """The SB3 baselines' update time summed over the run's trials (``update_time_s``): the control."""
+    with sqlite3.connect(db) as con:
+        (s,) = con.execute("SELECT SUM(update_time_s) FROM trials WHERE algo LIKE 'sb3-%'").fetchone()
+    return float(s or 0.0)
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Ratios after/before from runs ``{side: 'before'|'after', wall_s, trials: {algo: s}}`` (see the module doc)."""
+    """Ratios after/before from runs ``{side: 'before'|'after', wall_s, trials: {algo: s}, control_s}`` (see the
+    module doc; without ``control_s`` in every run the control is the baselines' trial time)."""
     for r in runs:
         r["suite_s"] = sum(s for a, s in r["trials"].items() if not is_baseline(a))
         r["baselines_s"] = sum(s for a, s in r["trials"].items() if is_baseline(a))
-    mean_control = statistics.fmean(r["baselines_s"] for r in runs)
+    key = "control_s" if all(r.get("control_s") for r in runs) else "baselines_s"
+    mean_control = statistics.fmean(r[key] for r in runs)
     for r in runs:
-        r["control"] = r["baselines_s"] / mean_control if mean_control > 0 else 1.0
+        r["control"] = r[key] / mean_control if mean_control > 0 else 1.0
         r["wall_normalised_s"] = r["wall_s"] / r["control"]
         r["suite_normalised_s"] = r["suite_s"] / r["control"]
     before = [r for r in runs if r["side"] == "before"]
@@ -119,9 +131,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "speedup_normalised": mean(before, "suite_normalised_s") / mean(after, "suite_normalised_s"),
         },
         "control": {
-            "baselines_before_s": mean(before, "baselines_s"), "baselines_after_s": mean(after, "baselines_s"),
-            "ratio": mean(after, "baselines_s") / mean(before, "baselines_s"),
+            "measure": "sb3 update time" if key == "control_s" else "sb3 trial time",
+            "before_s": mean(before, key), "after_s": mean(after, key),
+            "ratio": mean(after, key) / mean(before, key),
             "spread": max(controls) / min(controls) if min(controls) > 0 else None,
+            "baselines_before_s": mean(before, "baselines_s"), "baselines_after_s": mean(after, "baselines_s"),
         },
         "per_algorithm": per_algo,
     }  # fmt: skip
@@ -133,14 +147,16 @@ def write_csv(runs: list[dict[str, Any]], summary: dict[str, Any], path: Path) -
     lines = ["algo," + ",".join(names)]
     lines += [a + "," + ",".join(f"{r['trials'].get(a, 0.0):.1f}" for r in runs) for a in algos]
     for label, key in (("suite algorithms (trial time)", "suite_s"), ("sb3 baselines (trial time)", "baselines_s"),
-                       ("whole job (wall)", "wall_s"), ("control (sb3 trial time / mean)", "control"),
+                       ("sb3 baselines (update time)", "control_s"), ("whole job (wall)", "wall_s"),
+                       ("control (" + summary["control"]["measure"] + " / mean)", "control"),
                        ("whole job normalised by the control", "wall_normalised_s")):  # fmt: skip
-        lines.append(label + "," + ",".join(f"{r[key]:.3f}" if key == "control" else f"{r[key]:.1f}" for r in runs))
+        if all(key in r for r in runs):
+            lines.append(label + "," + ",".join(f"{r[key]:.3f}" if key == "control" else f"{r[key]:.1f}" for r in runs))
     w, s, c = summary["whole_job"], summary["suite_share"], summary["control"]
     lines += [
         f"# whole job after/before: {w['ratio']:.3f} raw, {w['ratio_normalised']:.3f} normalised by the control",
         f"# suite share before/after: {s['speedup']:.2f}x raw, {s['speedup_normalised']:.2f}x normalised",
-        f"# control (sb3 trial time) after/before: {c['ratio']:.3f}; max/min over runs {c['spread']:.3f}",
+        f"# control ({c['measure']}) after/before: {c['ratio']:.3f}; max/min over runs {c['spread']:.3f}",
     ]
     path.write_text("\n".join(lines) + "\n")
 
@@ -152,9 +168,11 @@ def report(summary: dict[str, Any]) -> str:
         f"{w['ratio_normalised']:.3f}x normalised by the SB3 control",
         f"suite's algorithms' trial time: {s['before_s']:.1f} -> {s['after_s']:.1f} s: {s['speedup']:.2f}x raw, "
         f"{s['speedup_normalised']:.2f}x normalised",
-        f"control (SB3 baselines' trial time, the same code): {c['baselines_before_s']:.1f} -> "
-        f"{c['baselines_after_s']:.1f} s ({c['ratio']:.3f}x); max/min over runs {c['spread']:.3f}"
+        f"control ({c['measure']} of the SB3 baselines, their own code): {c['before_s']:.1f} -> "
+        f"{c['after_s']:.1f} s ({c['ratio']:.3f}x); max/min over runs {c['spread']:.3f}"
         + ("  <- the machine's speed moved: the normalised figures are the fairer ones" if (c["spread"] or 1) > 1.1 else ""),
+        f"SB3 baselines' trial time (their env steps run the suite's envs): {c['baselines_before_s']:.1f} -> "
+        f"{c['baselines_after_s']:.1f} s",
     ]  # fmt: skip
     for a, v in summary["per_algorithm"].items():
         sp = v["speedup"]
@@ -185,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"bench_mainjob: error: run database {db} is missing", file=sys.stderr)
                     return 2
                 r["trials"] = trial_times(db)
+            if "control_s" not in r and (a.summarize.parent / r.get("db", "")).is_file() and r.get("db"):
+                r["control_s"] = baseline_update_time(a.summarize.parent / r["db"])
         if {r.get("side") for r in runs} != {"before", "after"}:
             print(f"bench_mainjob: error: {a.summarize} needs runs of both sides (before and after)", file=sys.stderr)
             return 2
@@ -217,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"bench_mainjob: the {side} run failed (exit {r['rc']}); see {log}", file=sys.stderr)
                 return 1
             r["trials"] = trial_times(db)
+            r["control_s"] = baseline_update_time(db)
             runs.append(r)
             print(f"  {r['wall_s']:.1f} s, load {r['load_before']:.2f} -> {r['load_after']:.2f}", flush=True)
             (work / "runs.json").write_text(json.dumps(runs, indent=1))

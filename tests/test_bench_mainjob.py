@@ -130,3 +130,35 @@ def test_export_replaces_an_earlier_export(tmp_path: Path) -> None:
     (dest / "stale.py").write_text("left from another commit")
     commit = bm.export("HEAD", dest)
     assert len(commit) == 40 and not (dest / "stale.py").exists() and (dest / "suite" / "cli.py").is_file()
+
+
+def test_the_control_is_the_baselines_update_time_when_recorded() -> None:
+    """A commit that speeds up the suite's envs also shortens the SB3 baselines' trials (their env steps run the
+    suite's envs): their update time, SB3's own code, stays the control, so the normalised ratio is not skewed."""
+    bm = _module()
+    steady = [
+        {**_run("before", 500.0, 300.0, 400.0), "control_s": 250.0},
+        {**_run("after", 280.0, 100.0, 360.0), "control_s": 250.0},  # baselines' rollouts 40 s faster
+    ]
+    s = bm.summarize(steady)
+    assert s["control"]["measure"] == "sb3 update time"
+    assert s["control"]["ratio"] == pytest.approx(1.0) and s["control"]["spread"] == pytest.approx(1.0)
+    assert s["whole_job"]["ratio_normalised"] == pytest.approx(s["whole_job"]["ratio"]) == pytest.approx(0.56)
+    assert s["control"]["baselines_after_s"] == pytest.approx(360.0)
+    # the machine 20% slower in the after run: the update-time control sees it
+    slow = [steady[0], {**_run("after", 1.2 * 280.0, 120.0, 1.2 * 360.0), "control_s": 1.2 * 250.0}]
+    t = bm.summarize(slow)
+    assert t["whole_job"]["ratio_normalised"] == pytest.approx(0.56)
+    # a run without it (an older runs.json): the trial-time control for all
+    assert bm.summarize([steady[0], _run("after", 280.0, 100.0, 360.0)])["control"]["measure"] == "sb3 trial time"
+
+
+def test_the_run_records_the_baselines_update_time(tmp_path: Path) -> None:
+    bm = _module()
+    db = tmp_path / "r.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE trials (algo TEXT, wall_time_s REAL, update_time_s REAL)")
+        con.executemany("INSERT INTO trials VALUES (?, ?, ?)", [("sb3-dqn", 10.0, 6.0), ("sb3-ppo", 5.0, 3.5),
+                                                                  ("ppo", 4.0, 3.0)])  # fmt: skip
+    assert bm.baseline_update_time(db) == pytest.approx(9.5)
+    assert bm.trial_times(db) == {"sb3-dqn": 10.0, "sb3-ppo": 5.0, "ppo": 4.0}
