@@ -197,14 +197,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         runs = json.loads(a.summarize.read_text())
         for r in runs:
+            db = a.summarize.parent / r["db"] if r.get("db") else None
             if "trials" not in r:
-                db = a.summarize.parent / r["db"]
-                if not db.is_file():
-                    print(f"bench_mainjob: error: run database {db} is missing", file=sys.stderr)
+                if db is None or not db.is_file():
+                    print(f"bench_mainjob: error: run database {db or '(none named)'} is missing", file=sys.stderr)
                     return 2
                 r["trials"] = trial_times(db)
-            if "control_s" not in r and (a.summarize.parent / r.get("db", "")).is_file() and r.get("db"):
-                r["control_s"] = baseline_update_time(a.summarize.parent / r["db"])
+            if "control_s" not in r and db is not None and db.is_file():
+                r["control_s"] = baseline_update_time(db)
         if {r.get("side") for r in runs} != {"before", "after"}:
             print(f"bench_mainjob: error: {a.summarize} needs runs of both sides (before and after)", file=sys.stderr)
             return 2
