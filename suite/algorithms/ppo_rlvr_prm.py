@@ -63,7 +63,7 @@ from suite.algorithms.actor_critic import (
     ppo_policy_value_loss,
 )
 from suite.algorithms.core import Minibatch, Rollout, compute_gae
-from suite.algorithms.fused import jacobian_penalty
+from suite.algorithms.fused import fast_mean, jacobian_penalty
 from suite.algorithms.networks import ActorCritic, CategoricalHead, GaussianHead
 from suite.config import Schedule, identity_unless_default
 from suite.registry import register
@@ -255,11 +255,11 @@ class RlvrPrmTrainer(ActorCriticTrainer):
             assert state.p is not None and state.logp_all is not None
             js, dmu = js_categorical_grad(state.p, state.logp_all, old)
         fl.dparams_extra = dmu * np.float32(cfg.js_coef * w / B)
-        js_mean = float(js.mean())
+        js_mean = float(fast_mean(js))
         smooth = 0.0
         if cfg.smooth_coef > 0:
             per_sample, fl.add_grads = policy_jacobian_penalty(cfg, kernel, cfg.smooth_coef * w / B)
-            smooth = float(per_sample.mean())
+            smooth = float(fast_mean(per_sample))
         fl.loss += (cfg.js_coef * js_mean + cfg.smooth_coef * smooth) * w
         fl.metrics.update(js=js_mean, smooth_penalty=smooth)
         return fl
