@@ -172,6 +172,7 @@ def test_fast_mean_and_std_are_numpys_bitwise():
         (CARTPOLE, {}),
         (CARTPOLE, {"activation": "relu"}),
         (CARTPOLE, {"pi_arch": (32, 16), "vf_arch": (64, 64)}),  # separate kernels, three hidden widths
+        (CARTPOLE, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than fused._NARROW
         (HOPPER, {}),
         (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),  # one hidden layer
     ],
@@ -204,7 +205,12 @@ TEXT = (gym.spaces.Box(0, 1, (40,), np.float32), gym.spaces.Discrete(26))  # mor
 @pytest.mark.parametrize("K", [1, 3])
 @pytest.mark.parametrize(
     ("spaces", "overrides"),
-    [(TEXT, {}), (CARTPOLE, {"activation": "relu"}), (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)})],
+    [
+        (TEXT, {}),
+        (CARTPOLE, {"activation": "relu"}),
+        (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),
+        (HOPPER, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than fused._NARROW
+    ],
 )
 def test_jacobian_penalty_with_probes_equals_autograds_hutchinson(spaces, overrides, K):
     """Hutchinson's estimate by hand (``probes``) equals ``input_gradient_penalty(..., probes=K)`` with the same draws:
