@@ -34,7 +34,9 @@ from typing import Any
 PATHS = ("hand-derived", "autograd", "compiled")
 
 
-def _run(path: str, env_id: str, updates: int, mode: str, conn: Any) -> None:
+def _run(path: str, env_id: str, updates: int, mode: str, cache_dir: str | None, conn: Any) -> None:
+    if cache_dir is not None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # this process's inductor cache, set before torch loads
     import torch
 
     import suite.algorithms.actor_critic as ac
@@ -88,18 +90,8 @@ def _run(path: str, env_id: str, updates: int, mode: str, conn: Any) -> None:
 def run_isolated(path: str, env_id: str, updates: int, mode: str, cache_dir: str | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if cache_dir is not None:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # read by the child when it imports torch
-    try:
-        proc = ctx.Process(target=_run, args=(path, env_id, updates, mode, child))
-        proc.start()
-    finally:
-        if cache_dir is not None:
-            if old is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+    proc = ctx.Process(target=_run, args=(path, env_id, updates, mode, cache_dir, child))
+    proc.start()
     child.close()
     out = parent.recv()
     proc.join()

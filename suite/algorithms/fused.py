@@ -500,10 +500,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _add_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """``out += a @ b`` (see :func:`_mm`)."""
-    if b.shape[1] < _NARROW:
-        out.add_(torch.mm(b.t(), a.t()).t())
-    else:
-        out.addmm_(a, b)
+    out.add_(_mm(a, b)) if b.shape[1] < _NARROW else out.addmm_(a, b)
 
 
 def jacobian_penalty(
