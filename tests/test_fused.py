@@ -112,6 +112,38 @@ def test_twin_kernel_matches_two_separate_mlps():
         torch.testing.assert_close(params, policy.pi(x), rtol=1e-5, atol=1e-6)
 
 
+def test_kernel_sampling_is_the_heads_draw_bit_for_bit_and_a_subclassed_head_keeps_its_own():
+    """The kernel's categorical sampling (its noise drawn into a kept buffer, the chosen log-probs picked in numpy)
+    gives the actions and log-probs of ``head.sample`` on the log-probs plus torch's gather, from the same random
+    stream, at every batch size it keeps a buffer for; a head subclass samples its own way."""
+    from suite.algorithms.networks import CategoricalHead
+
+    _, policy = _policy(CARTPOLE)
+    kernel = kernel_for(policy, FlatParameters(parameter_order(policy)))
+    assert kernel.plain_categorical
+    for B in (8, 3, 8, 64):
+        params = torch.randn(B, 2) * 3
+        torch.manual_seed(B)
+        actions, logp = kernel.sample(params)
+        torch.manual_seed(B)
+        logp_all = torch.log_softmax(params, -1)
+        ref = policy.head.sample(logp_all, None)
+        assert torch.equal(actions, ref)
+        if B >= 8:
+            assert 0 < int(ref.sum()) < B  # both actions drawn
+        assert torch.equal(logp, logp_all.gather(-1, ref.unsqueeze(-1)).squeeze(-1))
+
+    class FirstAction(CategoricalHead):
+        def sample(self, params, extra):
+            return torch.zeros(params.shape[0], dtype=torch.long)
+
+    policy.head = FirstAction(2)
+    kernel = kernel_for(policy, FlatParameters(parameter_order(policy)))
+    assert not kernel.plain_categorical
+    actions, logp = kernel.sample(torch.randn(8, 2))
+    assert not actions.any() and logp.shape == (8,)
+
+
 def test_flat_parameters_share_storage_with_the_module_and_autograd_fills_the_flat_grad():
     _, policy = _policy(CARTPOLE)
     flat = FlatParameters(parameter_order(policy))

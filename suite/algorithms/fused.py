@@ -153,6 +153,8 @@ class MLPKernel:
             raise ValueError(f"unsupported activation {activation!r}")
         self.tanh = activation == "tanh"
         self.layers = [(lin.weight.detach(), lin.bias.detach(), lin.weight, lin.bias) for lin in linears]
+        self._wt = [w.t() for w, _, _, _ in self.layers]
+        """``W^T`` of every layer: views of the flat parameters, made once (a view costs a call per forward)."""
         self._inputs: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor, keep: bool = True) -> torch.Tensor:
@@ -161,14 +163,14 @@ class MLPKernel:
         h = x
         last = len(self.layers) - 1
         doubled = self.tanh and x.shape[0] > SMALL_BATCH
-        for i, (w, b, _, _) in enumerate(self.layers):
+        for i, ((_, b, _, _), wt) in enumerate(zip(self.layers, self._wt, strict=True)):
             inputs.append(h)
             if i == last:
-                h = torch.addmm(b, h, w.t())
+                h = torch.addmm(b, h, wt)
             elif doubled:
-                h = _hidden_act(torch.addmm(b, h, w.t(), beta=2, alpha=2), True, True)
+                h = _hidden_act(torch.addmm(b, h, wt, beta=2, alpha=2), True, True)
             else:
-                h = _hidden_act(torch.addmm(b, h, w.t()), self.tanh, False)
+                h = _hidden_act(torch.addmm(b, h, wt), self.tanh, False)
         if keep:
             self._inputs = inputs
         return h
@@ -241,6 +243,9 @@ class TwinMLPKernel:
                 raise ValueError("the policy's parameters were not packed in parameter_order()")
             self.hidden.append((w[0], b_[0].unsqueeze(1), w[1], b_[1]))  # data W, data b (2,1,out), grad W, grad b
         self.out = [(lin.weight.detach(), lin.bias.detach(), lin.weight, lin.bias) for lin in (pi[-1], vf[-1])]
+        self._wt_hidden = [w.transpose(1, 2) for w, _, _, _ in self.hidden]
+        self._wt_out = [w.t() for w, _, _, _ in self.out]
+        """``W^T`` of every layer, views of the flat parameters made once (see :class:`MLPKernel`)."""
         self._acts: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor, keep: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,16 +253,17 @@ class TwinMLPKernel:
         h = x.expand(2, *x.shape)
         acts = [h]
         doubled = self.tanh and x.shape[0] > SMALL_BATCH  # 2 sigmoid(2z) - 1, see MLPKernel
-        for w, b, _, _ in self.hidden:
+        for (_, b, _, _), wt in zip(self.hidden, self._wt_hidden, strict=True):
             if doubled:
-                h = _hidden_act(torch.baddbmm(b, h, w.transpose(1, 2), beta=2, alpha=2), True, True)
+                h = _hidden_act(torch.baddbmm(b, h, wt, beta=2, alpha=2), True, True)
             else:
-                h = _hidden_act(torch.baddbmm(b, h, w.transpose(1, 2)), self.tanh, False)
+                h = _hidden_act(torch.baddbmm(b, h, wt), self.tanh, False)
             acts.append(h)
         if keep:
             self._acts = acts
-        (wp, bp, _, _), (wv, bv, _, _) = self.out
-        return torch.addmm(bp, h[0], wp.t()), torch.addmm(bv, h[1], wv.t())
+        (_, bp, _, _), (_, bv, _, _) = self.out
+        wpt, wvt = self._wt_out
+        return torch.addmm(bp, h[0], wpt), torch.addmm(bv, h[1], wvt)
 
     def backward(self, dparams: torch.Tensor, dvalues: torch.Tensor | None, accumulate: bool = False) -> None:
         """Fill the gradients from ``dL/dparams (B, P)`` and ``dL/dvalues (B, H)`` (None: no value loss)."""
@@ -366,6 +372,10 @@ class PolicyKernel:
         self.tanh = act == "tanh"
         self.log_std = policy.log_std.detach()
         self.log_std_param = policy.log_std
+        self.plain_categorical = type(policy.head) is CategoricalHead
+        """The suite's own categorical head (not a subclass that may sample otherwise): :meth:`sample` inlines it."""
+        self._noise: dict[torch.Size, torch.Tensor] = {}
+        """Gumbel-max noise buffers by shape (filled anew at every draw: the values depend on the generator only)."""
 
     def _forward(self, x: torch.Tensor, keep: bool, with_values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.twin is not None:
@@ -387,8 +397,15 @@ class PolicyKernel:
             z = (actions - params).mul_(torch.exp(-self.log_std))  # as evaluate() computes it
             return actions, z.square_().mul_(-0.5).sub_(self.log_std).sub_(0.5 * LOG_2PI).sum(-1)
         logp_all = torch.log_softmax(params, -1)
-        actions = self.policy.head.sample(logp_all, None)  # Gumbel-max (on log-probs: the same argmax as on logits)
-        return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze_(-1)
+        if self.plain_categorical:  # CategoricalHead.sample's Gumbel-max, its noise drawn into a kept buffer
+            noise = self._noise.get(logp_all.shape)
+            if noise is None:
+                noise = self._noise[logp_all.shape] = torch.empty(logp_all.shape)
+            actions = torch.argmax(logp_all - noise.exponential_().log_(), dim=-1)
+        else:
+            actions = self.policy.head.sample(logp_all, None)  # Gumbel-max (on log-probs: the same argmax as on logits)
+        # the chosen log-probs picked in numpy: the same values as torch's gather, one call instead of three
+        return actions, torch.from_numpy(logp_all.numpy()[_rows(actions.shape[0]), actions.numpy()])
 
     # -- training ----------------------------------------------------------------------------------------
     def evaluate(
