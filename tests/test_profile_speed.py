@@ -7,7 +7,14 @@ import json
 import pytest
 
 from suite.cli import main
-from suite.profile.speed import LapClock, _resolve, _run_slice, format_speed_profile, profile_speed
+from suite.profile.speed import (
+    InterleavedLimit,
+    LapClock,
+    _resolve,
+    _run_slice,
+    format_speed_profile,
+    profile_speed,
+)
 from suite.trial import deterministic_view, run_trial
 
 
@@ -69,8 +76,8 @@ def test_the_limit_makes_the_network_passes_the_loss_makes(monkeypatch):
     prof = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, with_cprofile=False)
     lim = prof.limit
     assert lim["network_path"] == "hand-derived kernel + input-gradient penalty (exact)"
-    assert len(batches) == prof.calls["forward"] + lim["train_steps"]  # the training's, then the limit's
-    assert batches[-lim["train_steps"] :] == [lim["train_batch"]] * lim["train_steps"] == [256] * 20
+    assert len(batches) == prof.calls["forward"] + lim["train_steps"]  # the training's and, between them, the limit's
+    assert batches == [256] * len(batches) and lim["train_steps"] == 20 and lim["train_batch"] == 256
     batches.clear()
     auto = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, overrides={"hand_derived": False}, with_cprofile=False)
     assert auto.limit["network_path"].endswith("; without the loss's input-gradient penalty (exact)") and not batches
@@ -92,6 +99,42 @@ def test_the_clock_changes_no_result():
     assert ctx.curve_return == plain["curve"]["return"]
     assert [e["returns"] for e in ctx.evals] == [e["returns"] for e in plain["evals"]]
     assert ctx.updates == deterministic_view(plain)["updates"]
+
+
+@pytest.mark.parametrize(
+    ("algo", "overrides"),
+    [
+        ("ppo", {}),
+        ("ppo-rlvr-prm", {"smooth_probes": 1}),  # the limit's penalty passes draw probes from the global stream
+        ("grpo", {}),
+    ],
+)
+def test_the_interleaved_limit_changes_no_result(algo, overrides):
+    """The limit timed between the iterations runs on the trainer's own network and optimiser mid-training: the
+    training goes on exactly as without it (same curve, evaluations, update metrics)."""
+    resolved = _resolve(algo, "CartPole-v1", 768, overrides, {}, 0, 1)
+    laps = LapClock("cpu")
+    limit = InterleavedLimit(resolved, laps)
+    try:
+        ctx, _, _ = _run_slice(resolved, laps, limit)
+    finally:
+        limit.close()
+    assert limit.iterations >= 2 and limit.network_s > 0 and limit.env_vector_steps > 0
+    plain = run_trial(resolved)
+    assert ctx.curve_return == plain["curve"]["return"]
+    assert [e["returns"] for e in ctx.evals] == [e["returns"] for e in plain["evals"]]
+    assert ctx.updates == deterministic_view(plain)["updates"]
+
+
+def test_the_limit_between_iterations_does_the_work_of_the_limit_after_the_slice():
+    """Timed between the iterations or after the slice, the limit does the same work: as many env steps, inferences
+    and train steps of the same batches."""
+    between = profile_speed("ppo", "CartPole-v1", steps=768, with_cprofile=False)
+    after = profile_speed("ppo", "CartPole-v1", steps=768, with_cprofile=False, interleave=False)
+    assert between.limit["interleaved"] and not after.limit["interleaved"]
+    work = ("env_vector_steps", "inference_calls", "inference_batch", "train_steps", "train_batch", "network_path")
+    assert {k: between.limit[k] for k in work} == {k: after.limit[k] for k in work}
+    assert between.limit["env_vector_steps"] == 96 and between.limit["train_steps"] == 60
 
 
 def test_cli_profile_speed_prints_the_table_and_writes_json(tmp_path, capsys):

@@ -1,13 +1,16 @@
 """``suite profile speed``: where a trial's time goes, and how close it runs to the limit of its env and network.
 
-One training slice of an algorithm on an env is run three times in this process, same seed:
+One training slice of an algorithm on an env is run twice in this process, same seed (the limit within the first):
 
 1. **timed**: a :class:`LapClock` on the trial context (``ctx.clock``) is read by the shared core, which charges
    the wall time of each part of its loop to a name: ``inference`` (policy forward and sampling), ``env_step``,
    ``storage`` (buffers, reward handling, episode bookkeeping) in the rollout; ``minibatch`` (gathering samples),
    ``forward`` (network forward and loss), ``backward``, ``optimizer`` (gradient statistics, clip, Adam) in the
    update; the trial's phases give ``advantages`` and ``evaluation`` (one final evaluation);
-2. **limit**: the same work with everything but the env and the network removed, timed in the same run: the env
+2. **limit**: the same work with everything but the env and the network removed, timed in the same run, between
+   the training's iterations (:class:`InterleavedLimit`: after each rollout + update, that iteration's share, on the
+   trainer's own network with its state kept, so the training is unchanged; training and limit then meet the same
+   moments of a shared machine's speed; ``interleave=False`` times it after the slice, as before 2026-12-04): the env
    stepped alone (the trainer's vector env, random actions, as many vector steps as training took, or as many
    sub-env steps where training stepped only the running episodes' sub-envs, as GRPO's groups do) and the network
    alone (as many inference forwards of the same batch, as many forward + backward + optimiser steps of the same
@@ -31,7 +34,8 @@ import io
 import json
 import pstats
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,8 +181,13 @@ def _resolve(
     return spec.resolve()
 
 
-def _run_slice(resolved: Any, clock: LapClock | None) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """Train the slice and evaluate once; returns ``(ctx, policy, make_envs calls)``. The context is closed."""
+def _run_slice(
+    resolved: Any, clock: LapClock | None, on_iteration: Callable[[list[dict[str, Any]]], None] | None = None
+) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Train the slice and evaluate once; returns ``(ctx, policy, make_envs calls)``. The context is closed.
+
+    ``on_iteration(make_envs calls)`` runs after every rollout + update (the trainer's ``ctx.after_iteration``, before
+    its periodic evaluation), outside every phase: the interleaved limit's work (:class:`InterleavedLimit`)."""
     from suite.trial import TrialContext, seed_everything
 
     seed_everything(resolved.spec.seed, resolved.spec.threads)
@@ -205,6 +214,14 @@ def _run_slice(resolved: Any, clock: LapClock | None) -> tuple[Any, Any, list[di
 
         ctx.begin_phase = timed_begin  # type: ignore[method-assign]
         ctx.end_phase = timed_end  # type: ignore[method-assign]
+    if on_iteration is not None:
+        after_iteration = ctx.after_iteration
+
+        def timed_after_iteration(agent: Any) -> None:
+            on_iteration(made)
+            after_iteration(agent)
+
+        ctx.after_iteration = timed_after_iteration  # type: ignore[method-assign]
     try:
         policy = resolved.algo.train(ctx, resolved.config)
         ctx.evaluate(policy, final=True)
@@ -214,24 +231,120 @@ def _run_slice(resolved: Any, clock: LapClock | None) -> tuple[Any, Any, list[di
     return ctx, policy, made
 
 
+class _EnvAlone:
+    """The trainer's (first) vector env, made again, stepped with random actions (a pool of 64 drawn once)."""
+
+    def __init__(self, resolved: Any, made: list[dict[str, Any]]):
+        from suite.envs import make_vec_env
+
+        kwargs = dict(made[0])
+        n_envs = kwargs.pop("n_envs")
+        kwargs.setdefault("env_kwargs", dict(resolved.env_kwargs))
+        self.envs = make_vec_env(resolved.spec.env_id, n_envs, **kwargs)
+        self.envs.reset(seed=resolved.spec.seed * 10_000)
+        self.envs.action_space.seed(resolved.spec.seed)
+        self.pool = [self.envs.action_space.sample() for _ in range(64)]
+        self.i = 0
+
+    def time(self, vector_steps: int, now: Any) -> float:
+        """Seconds for ``vector_steps`` steps."""
+        envs, pool, i = self.envs, self.pool, self.i
+        t = now()
+        for k in range(i, i + vector_steps):
+            envs.step(pool[k % 64])
+        self.i = i + vector_steps
+        return now() - t
+
+    def close(self) -> None:
+        self.envs.close()
+
+
 def _time_env(resolved: Any, made: list[dict[str, Any]], vector_steps: int, now: Any) -> float:
     """Seconds to step the trainer's (first) vector env ``vector_steps`` times with random actions."""
-    from suite.envs import make_vec_env
-
-    kwargs = dict(made[0])
-    n_envs = kwargs.pop("n_envs")
-    kwargs.setdefault("env_kwargs", dict(resolved.env_kwargs))
-    envs = make_vec_env(resolved.spec.env_id, n_envs, **kwargs)
+    env = _EnvAlone(resolved, made)
     try:
-        envs.reset(seed=resolved.spec.seed * 10_000)
-        envs.action_space.seed(resolved.spec.seed)
-        pool = [envs.action_space.sample() for _ in range(64)]
-        t = now()
-        for i in range(vector_steps):
-            envs.step(pool[i % 64])
-        return now() - t
+        return env.time(vector_steps, now)
     finally:
-        envs.close()
+        env.close()
+
+
+def _env_vector_steps(made: list[dict[str, Any]], env_calls: int, env_substeps: int) -> int:
+    """Vector steps the env alone takes for ``env_calls`` training steps that stepped ``env_substeps`` sub-envs: a
+    collector that steps only some sub-envs (GRPO's running episodes) reports the sub-env steps it took, and the env
+    alone then does as many sub-env steps (all sub-envs each vector step; the cost is ~linear in them)."""
+    n_envs = int(made[0]["n_envs"])
+    return -(-env_substeps // n_envs) if 0 < env_substeps < env_calls * n_envs else env_calls
+
+
+@contextmanager
+def _state_kept(trainer: Any) -> Iterator[None]:
+    """Run the network alone on the trainer's own network and optimiser mid-training and leave no trace: its
+    parameters, gradients, Adam moments and step count, the stepper's gradient statistics of the update and the global
+    torch random stream (a loss's extra passes may draw probes from it) are as they were afterwards, so the training
+    goes on bit for bit as without the limit (tested)."""
+    st = trainer.stepper
+    tensors = [st.flat.data, st.flat.grad, st.adam.exp_avg, st.adam.exp_avg_sq, st.adam.step_count, st._sum]
+    saved = [t.clone() for t in tensors]
+    scalars = (st._sumsq, st._n, list(st._norms))
+    rng = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        for t, v in zip(tensors, saved, strict=True):
+            t.copy_(v)
+        st._sumsq, st._n, st._norms = scalars
+        torch.set_rng_state(rng)
+
+
+class InterleavedLimit:
+    """The limit timed iteration by iteration, between the training's own iterations (``on_iteration`` of
+    :func:`_run_slice`): after each rollout + update, the env alone takes as many vector steps as that rollout and the
+    network alone makes that iteration's inferences and train steps (its own batch sizes), on the trainer's network
+    with its state kept (:func:`_state_kept`). Training and limit then share the machine's moment: on a shared
+    machine whose speed moves within seconds, timing the limit after the whole slice moved the fraction by 0.2 between
+    two runs of the same slice (0.71 and 0.53 on CartPole)."""
+
+    def __init__(self, resolved: Any, laps: LapClock):
+        self.resolved, self.laps = resolved, laps
+        self.env: _EnvAlone | None = None
+        self.env_s = self.network_s = 0.0
+        self.env_vector_steps = self.inference_calls = self.inference_samples = self.train_steps = 0
+        self.train_samples = self.iterations = 0
+        self.network_path: str | None = None
+        self._seen = (0, 0, 0, 0, 0, 0)
+
+    def __call__(self, made: list[dict[str, Any]]) -> None:
+        laps = self.laps
+        _t, env_calls, env_sub = laps.part("env_step")
+        _t, inf_calls, inf_samples = laps.part("inference")
+        _t, _n, fwd_samples = laps.part("forward")
+        _t, opt_calls, _n = laps.part("optimizer")
+        now = (env_calls, env_sub, inf_calls, inf_samples, fwd_samples, opt_calls)
+        d_env, d_sub, d_inf, d_inf_samples, d_fwd_samples, d_opt = (a - b for a, b in zip(now, self._seen, strict=True))
+        self._seen = now
+        self.iterations += 1
+        if made and d_env:
+            if self.env is None:
+                self.env = _EnvAlone(self.resolved, made)
+            steps = _env_vector_steps(made, d_env, d_sub)
+            self.env_s += self.env.time(steps, laps.now)
+            self.env_vector_steps += steps
+        trainer = laps.trainer
+        if trainer is not None and hasattr(trainer, "stepper") and (d_inf or d_opt):
+            inference = (d_inf, d_inf_samples // max(d_inf, 1))
+            training = (d_opt, d_fwd_samples // max(d_opt, 1))
+            with _state_kept(trainer):
+                seconds, self.network_path = _time_network(trainer, inference, training, laps.now)
+            self.network_s += seconds
+            self.inference_calls += d_inf
+            self.inference_samples += inference[0] * inference[1]
+            self.train_steps += d_opt
+            self.train_samples += training[0] * training[1]
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
 
 
 def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int, int], now: Any) -> tuple[float, str]:
@@ -314,6 +427,7 @@ def profile_speed(
     top: int = 15,
     with_cprofile: bool = True,
     clock: str = "cpu",
+    interleave: bool = True,
 ) -> SpeedProfile:
     """Time a training slice by parts, measure its limit and (optionally) its top functions (module docstring).
 
@@ -324,7 +438,14 @@ def profile_speed(
 
     laps = LapClock(clock)
     resolved = _resolve(algo, env, steps, overrides or {}, env_kwargs or {}, seed, threads)
-    ctx, _policy, made = _run_slice(resolved, laps)
+    limit = InterleavedLimit(resolved, laps) if interleave else None
+    try:
+        ctx, _policy, made = _run_slice(resolved, laps, limit)
+        if limit is not None and limit.iterations:
+            limit(made)  # work after the last ctx.after_iteration, if any (none in the suite's own loops)
+    finally:
+        if limit is not None:
+            limit.close()
     phases = dict(laps.phases)
     parts: dict[str, dict[str, float]] = {}
     for phase, seconds in phases.items():
@@ -339,18 +460,27 @@ def profile_speed(
     )  # fmt: skip
     # the limit: env alone and network alone, for the same work
     _t, env_calls, env_substeps = laps.part("env_step")
-    if made and env_calls:
-        # a collector that steps only some sub-envs (GRPO's running episodes) reports the sub-env steps it took:
-        # the env alone then does as many sub-env steps (all sub-envs each vector step, cost ~ linear in them)
-        n_envs = int(made[0]["n_envs"])
-        vector_steps = -(-env_substeps // n_envs) if 0 < env_substeps < env_calls * n_envs else env_calls
-        prof.limit["env_vector_steps"] = vector_steps
-        prof.limit["env_s"] = _time_env(resolved, made, vector_steps, laps.now)
     trainer = laps.trainer
     _t, inf_calls, inf_samples = laps.part("inference")
     _t, _fwd_calls, fwd_samples = laps.part("forward")
     _t, opt_calls, _n = laps.part("optimizer")
-    if trainer is not None and hasattr(trainer, "stepper"):
+    if limit is not None and limit.iterations and (limit.env_vector_steps or not env_calls):
+        # timed between the iterations (an algorithm that never calls ctx.after_iteration falls through to after)
+        prof.limit["interleaved"] = True
+        if limit.env_vector_steps:
+            prof.limit["env_vector_steps"], prof.limit["env_s"] = limit.env_vector_steps, limit.env_s
+        if limit.network_path is not None:
+            prof.limit["network_s"], prof.limit["network_path"] = limit.network_s, limit.network_path
+            prof.limit["inference_calls"] = limit.inference_calls
+            prof.limit["inference_batch"] = limit.inference_samples // max(limit.inference_calls, 1)
+            prof.limit["train_steps"] = limit.train_steps
+            prof.limit["train_batch"] = limit.train_samples // max(limit.train_steps, 1)
+    elif made and env_calls:
+        prof.limit["interleaved"] = False
+        vector_steps = _env_vector_steps(made, env_calls, env_substeps)
+        prof.limit["env_vector_steps"] = vector_steps
+        prof.limit["env_s"] = _time_env(resolved, made, vector_steps, laps.now)
+    if not prof.limit.get("interleaved") and trainer is not None and hasattr(trainer, "stepper"):
         inference = (inf_calls, inf_samples // max(inf_calls, 1))
         # the same samples per optimiser step (a step of k accumulated micro-batches is one step of their sum)
         training = (opt_calls, fwd_samples // max(opt_calls, 1))
@@ -387,7 +517,8 @@ def format_speed_profile(prof: SpeedProfile) -> str:
     lim = prof.limit
     lines.append("")
     if "env_s" in lim:
-        lines.append(f"limit (same work, same run): env alone {lim['env_s']:.3f} s ({lim['env_vector_steps']:,} vector steps)"
+        when = "timed between the training's iterations" if lim.get("interleaved") else "timed after the slice"
+        lines.append(f"limit (same work, {when}): env alone {lim['env_s']:.3f} s ({lim['env_vector_steps']:,} vector steps)"
                      + (f" + network alone {lim['network_s']:.3f} s ({lim['inference_calls']:,} inferences of "
                         f"{lim['inference_batch']}, {lim['train_steps']:,} train steps of {lim['train_batch']}; "
                         f"{lim['network_path']})" if "network_s" in lim else " (network: not the suite's core)"))  # fmt: skip
