@@ -75,6 +75,29 @@ def test_gradient_stepper_variance_across_minibatches():
     assert m["grad_norm"] == pytest.approx(2.0)
 
 
+def test_gradient_stepper_snapshot_puts_back_everything_a_step_changes():
+    """Steps taken after a snapshot and undone by it leave the next steps exactly as without them."""
+
+    def run(detour: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        w = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+        stepper = GradientStepper([w], Schedule("constant", 1e-2, 1e-2), max_grad_norm=0.5)
+        stepper.begin_update(0.0)
+        stepper.step((torch.tensor([1.0, 2.0, 0.0]) * w).square().sum())
+        if detour:
+            before = w.detach().clone()
+            restore = stepper.snapshot()
+            for a in (5.0, -3.0):
+                stepper.step((a * w).square().sum())
+            assert not torch.equal(w.detach(), before)
+            restore()
+            assert torch.equal(w.detach(), before)
+        stepper.step((torch.tensor([0.0, 1.0, 3.0]) * w).square().sum())
+        return w.detach().clone(), stepper.end_update() | {"step": float(stepper.adam.step_count)}
+
+    (w_plain, m_plain), (w_detour, m_detour) = run(False), run(True)
+    assert torch.equal(w_plain, w_detour) and m_plain == m_detour and m_plain["step"] == 2.0
+
+
 def test_gradient_stepper_flags_non_finite_loss():
     w = torch.nn.Parameter(torch.zeros(1))
     stepper = GradientStepper([w], Schedule("constant", 1e-3, 1e-3), max_grad_norm=0.5)

@@ -277,22 +277,16 @@ def _env_vector_steps(made: list[dict[str, Any]], env_calls: int, env_substeps: 
 
 
 @contextmanager
-def _state_kept(trainer: Any) -> Iterator[None]:
-    """Run the network alone on the trainer's own network and optimiser mid-training and leave no trace: its
-    parameters, gradients, Adam moments and step count, the stepper's gradient statistics of the update and the global
-    torch random stream (a loss's extra passes may draw probes from it) are as they were afterwards, so the training
-    goes on bit for bit as without the limit (tested)."""
-    st = trainer.stepper
-    tensors = [st.flat.data, st.flat.grad, st.adam.exp_avg, st.adam.exp_avg_sq, st.adam.step_count, st._sum]
-    saved = [t.clone() for t in tensors]
-    scalars = (st._sumsq, st._n, list(st._norms))
+def _state_kept(stepper: Any) -> Iterator[None]:
+    """Run the network alone on the trainer's own network and optimiser mid-training and leave no trace: what a step
+    changes (:meth:`~suite.algorithms.core.GradientStepper.snapshot`) and the global torch random stream (a loss's extra
+    passes may draw probes from it) are as they were afterwards, so the training goes on bit for bit (tested)."""
+    restore = stepper.snapshot()
     rng = torch.get_rng_state()
     try:
         yield
     finally:
-        for t, v in zip(tensors, saved, strict=True):
-            t.copy_(v)
-        st._sumsq, st._n, st._norms = scalars
+        restore()
         torch.set_rng_state(rng)
 
 
@@ -314,6 +308,8 @@ class InterleavedLimit:
         self._seen = (0, 0, 0, 0, 0, 0)
 
     def __call__(self, made: list[dict[str, Any]]) -> None:
+        from suite.algorithms.core import GradientStepper
+
         laps = self.laps
         _t, env_calls, env_sub = laps.part("env_step")
         _t, inf_calls, inf_samples = laps.part("inference")
@@ -330,10 +326,10 @@ class InterleavedLimit:
             self.env_s += self.env.time(steps, laps.now)
             self.env_vector_steps += steps
         trainer = laps.trainer
-        if trainer is not None and hasattr(trainer, "stepper") and (d_inf or d_opt):
+        if trainer is not None and isinstance(getattr(trainer, "stepper", None), GradientStepper) and (d_inf or d_opt):
             inference = (d_inf, d_inf_samples // max(d_inf, 1))
             training = (d_opt, d_fwd_samples // max(d_opt, 1))
-            with _state_kept(trainer):
+            with _state_kept(trainer.stepper):
                 seconds, self.network_path = _time_network(trainer, inference, training, laps.now)
             self.network_s += seconds
             self.inference_calls += d_inf
@@ -464,29 +460,30 @@ def profile_speed(
     _t, inf_calls, inf_samples = laps.part("inference")
     _t, _fwd_calls, fwd_samples = laps.part("forward")
     _t, opt_calls, _n = laps.part("optimizer")
-    if limit is not None and limit.iterations and (limit.env_vector_steps or not env_calls):
-        # timed between the iterations (an algorithm that never calls ctx.after_iteration falls through to after)
-        prof.limit["interleaved"] = True
-        if limit.env_vector_steps:
-            prof.limit["env_vector_steps"], prof.limit["env_s"] = limit.env_vector_steps, limit.env_s
-        if limit.network_path is not None:
-            prof.limit["network_s"], prof.limit["network_path"] = limit.network_s, limit.network_path
-            prof.limit["inference_calls"] = limit.inference_calls
-            prof.limit["inference_batch"] = limit.inference_samples // max(limit.inference_calls, 1)
-            prof.limit["train_steps"] = limit.train_steps
-            prof.limit["train_batch"] = limit.train_samples // max(limit.train_steps, 1)
+    # timed between the iterations where the loop lets it (ctx.after_iteration, the suite's GradientStepper), else after
+    between = limit is not None and limit.iterations > 0
+    if between and limit is not None and limit.env_vector_steps:
+        prof.limit["env_vector_steps"], prof.limit["env_s"] = limit.env_vector_steps, limit.env_s
     elif made and env_calls:
-        prof.limit["interleaved"] = False
+        between = False
         vector_steps = _env_vector_steps(made, env_calls, env_substeps)
         prof.limit["env_vector_steps"] = vector_steps
         prof.limit["env_s"] = _time_env(resolved, made, vector_steps, laps.now)
-    if not prof.limit.get("interleaved") and trainer is not None and hasattr(trainer, "stepper"):
+    if between and limit is not None and limit.network_path is not None:
+        prof.limit["network_s"], prof.limit["network_path"] = limit.network_s, limit.network_path
+        prof.limit["inference_calls"] = limit.inference_calls
+        prof.limit["inference_batch"] = limit.inference_samples // max(limit.inference_calls, 1)
+        prof.limit["train_steps"] = limit.train_steps
+        prof.limit["train_batch"] = limit.train_samples // max(limit.train_steps, 1)
+    elif trainer is not None and hasattr(trainer, "stepper"):
+        between = False
         inference = (inf_calls, inf_samples // max(inf_calls, 1))
         # the same samples per optimiser step (a step of k accumulated micro-batches is one step of their sum)
         training = (opt_calls, fwd_samples // max(opt_calls, 1))
         prof.limit["network_s"], prof.limit["network_path"] = _time_network(trainer, inference, training, laps.now)
         prof.limit["inference_calls"], prof.limit["inference_batch"] = inference
         prof.limit["train_steps"], prof.limit["train_batch"] = training
+    prof.limit["interleaved"] = between
     if "env_s" in prof.limit:
         prof.limit["limit_s"] = prof.limit["env_s"] + prof.limit.get("network_s", 0.0)
         prof.limit["limit_steps_per_second"] = prof.steps / prof.limit["limit_s"] if prof.limit["limit_s"] else None
