@@ -196,6 +196,66 @@ def test_fast_mean_and_std_are_numpys_bitwise():
         assert type(fast_mean(b)) is type(b.mean()) and fast_mean(b) == b.mean()
 
 
+def test_fast_normalize_and_fast_clip_are_the_numpy_formulas_bitwise():
+    """The minibatch's advantage normalisation with its mean and deviations computed once equals the formula it
+    replaced, ``(a - mean) / (std(ddof=1) + 1e-8)`` (``fast_mean``/``fast_std``, themselves numpy's), and
+    ``fast_clip`` equals ``np.clip``: bit for bit, contiguous or a strided column."""
+    from suite.algorithms.fused import fast_clip, fast_mean, fast_normalize, fast_std
+
+    rng = np.random.default_rng(1)
+    for trial in range(2000):
+        n = int(rng.integers(2, 600))
+        dtype = (np.float32, np.float64)[trial % 2]
+        scale = 10 ** rng.uniform(-4, 3)
+        a = (rng.standard_normal((n, 4)) * scale + rng.uniform(-3, 3) * scale).astype(dtype)
+        col = a[:, 1] if trial % 2 else np.ascontiguousarray(a[:, 1])
+        want = (col - fast_mean(col)) / (fast_std(col, ddof=1) + 1e-8)
+        assert np.array_equal(want, (col - col.mean()) / (col.std(ddof=1) + 1e-8))
+        got = fast_normalize(col, 1e-8)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        lo, hi = 1 - 0.2 * (trial % 3), 1 + 0.2 * (trial % 3)
+        r = np.exp(col / scale * 0.3)
+        r[0] = np.nan
+        clipped = fast_clip(r, lo, hi)
+        assert clipped.dtype == np.clip(r, lo, hi).dtype and clipped.tobytes() == np.clip(r, lo, hi).tobytes()
+
+
+def test_the_sigmoid_form_in_one_call_equals_mul_then_sub():
+    """``_hidden_act``'s ``2 s - 1`` as one ``add(-1, s, alpha=2)`` equals ``s.mul_(2).sub_(1)`` bit for bit (2 s is
+    exact, so both round once), on every sigmoid value range including subnormal-small ones."""
+    from suite.algorithms.fused import _hidden_act
+
+    g = torch.Generator().manual_seed(0)
+    for shape in ((2, 256, 64), (300, 64), (2, 65, 7)):
+        z = torch.randn(*shape, generator=g) * 12
+        z.view(-1)[:4] = torch.tensor([-1e4, -100.0, 0.0, 1e4])
+        want = torch.sigmoid(2 * z).mul_(2.0).sub_(1.0)
+        got = _hidden_act(2 * z, True, True)
+        assert torch.equal(got, want)
+
+
+def test_twin_backward_reuses_its_buffers_without_carrying_anything_over():
+    """The twin kernel's backward writes ``dL/dh`` into kept buffers (and the activation's derivative in place):
+    a batch's gradients are the same, bit for bit, whatever batch (size or activation) ran before it."""
+
+    def grads(kernel, flat, obs, actions):
+        flat.zero_grad()
+        _, _, values, state = kernel.evaluate(obs, actions)
+        kernel.backward(state, np.linspace(-1, 1, obs.shape[0], dtype=np.float32), None, values - 0.5)
+        return flat.grad.clone()
+
+    for activation in ("tanh", "relu"):
+        _, policy = _policy(CARTPOLE, activation=activation)
+        flat = FlatParameters(parameter_order(policy))
+        kernel = kernel_for(policy, flat)
+        assert kernel.twin is not None
+        g = torch.Generator().manual_seed(3)
+        batches = {B: (torch.randn(B, 4, generator=g), torch.randint(0, 2, (B,), generator=g)) for B in (256, 40, 8)}
+        first = {B: grads(kernel, flat, *batch) for B, batch in batches.items()}
+        for B in (8, 256, 40, 256, 8):
+            assert torch.equal(grads(kernel, flat, *batches[B]), first[B])
+
+
 # -- ppo-rlvr-prm: the JS term and the input-gradient penalty by hand ----------------------------------------
 @pytest.mark.parametrize("B", [32, 256])  # below and above SMALL_BATCH (torch.tanh vs the sigmoid form)
 @pytest.mark.parametrize(

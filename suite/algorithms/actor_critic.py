@@ -31,7 +31,7 @@ from suite.algorithms.core import (
     net_config,
     resolve_obs_storage_dtype,
 )
-from suite.algorithms.fused import HeadState, fast_mean, fast_std, kernel_for, parameter_order
+from suite.algorithms.fused import HeadState, fast_clip, fast_mean, fast_normalize, kernel_for, parameter_order
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 
@@ -256,7 +256,7 @@ class ActorCriticTrainer:
                 rows = table.gather(idx)
                 mb_adv = table.advantages(rows)
                 if cfg.normalize_advantage and b > 1:
-                    mb_adv = (mb_adv - fast_mean(mb_adv)) / (fast_std(mb_adv, ddof=1) + 1e-8)
+                    mb_adv = fast_normalize(mb_adv, 1e-8)  # (a - mean) / (std(ddof=1) + 1e-8)
                 else:
                     mb_adv = np.ascontiguousarray(mb_adv)
                 bounds = [(0, b)] if k == 1 else micro_batches(b, k)
@@ -393,7 +393,7 @@ def ppo_fused_loss(
     adv = mb.advantages.numpy()
     log_ratio = logp - mb.old_log_probs.numpy()
     ratio = np.exp(log_ratio)
-    bounded = np.clip(ratio, 1 - clip, 1 + clip)
+    bounded = fast_clip(ratio, 1 - clip, 1 + clip)
     unclipped = ratio * adv
     clipped = bounded * adv
     surrogate = np.minimum(unclipped, clipped)
