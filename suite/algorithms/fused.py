@@ -217,6 +217,9 @@ SMALL_BATCH = 64
 machine's CPU). The two agree within 2e-7."""
 
 
+_MINUS_ONE = torch.tensor(-1.0)
+
+
 def _hidden_act(z: torch.Tensor, tanh: bool, doubled: bool) -> torch.Tensor:
     """Activation in place; ``doubled``: ``z`` holds ``2 z`` (the sigmoid form's input, folded into the matmul)."""
     if not tanh:
@@ -224,13 +227,6 @@ def _hidden_act(z: torch.Tensor, tanh: bool, doubled: bool) -> torch.Tensor:
     if doubled:  # 2 s - 1 as -1 + 2 s in one call (2 s is exact: the same single rounding as mul_(2).sub_(1))
         return torch.add(_MINUS_ONE, z.sigmoid_(), alpha=2.0, out=z)
     return z.tanh_()
-
-
-_MINUS_ONE = torch.tensor(-1.0)
-
-
-def _act_backward(dh: torch.Tensor, h: torch.Tensor, tanh: bool) -> torch.Tensor:
-    return _tanh_backward(dh, h) if tanh else _threshold_backward(dh, h, 0)
 
 
 class TwinMLPKernel:
@@ -343,13 +339,13 @@ def fast_std(a: np.ndarray, ddof: int = 0) -> Any:
     dtype); ~32 us -> ~8 us."""
     if a.dtype.kind != "f":
         raise TypeError("fast_std takes a float array")
-    return _std_of_deviations(a - fast_mean(a), a.size - ddof)
+    x = a - fast_mean(a)
+    return _std_from_squares(np.multiply(x, x, out=x), a.size - ddof)
 
 
-def _std_of_deviations(x: np.ndarray, dof: int) -> Any:
-    """The last steps of :func:`fast_std` on the deviations ``x = a - mean(a)`` (squared in place)."""
-    np.multiply(x, x, out=x)
-    s = _add_reduce(x, axis=None)
+def _std_from_squares(squares: np.ndarray, dof: int) -> Any:
+    """The last steps of :func:`fast_std`, from the squared deviations ``(a - mean(a))^2``."""
+    s = _add_reduce(squares, axis=None)
     return s.dtype.type(np.sqrt(s.dtype.type(float(s) / max(dof, 0))))
 
 
@@ -357,7 +353,7 @@ def fast_normalize(a: np.ndarray, eps: float) -> np.ndarray:
     """``(a - a.mean()) / (a.std(ddof=1) + eps)`` bitwise (:func:`fast_mean`, :func:`fast_std`), with the mean and
     the deviations computed once instead of twice."""
     x = a - fast_mean(a)
-    return x / (_std_of_deviations(x.copy(), a.size - 1) + eps)
+    return x / (_std_from_squares(x * x, a.size - 1) + eps)
 
 
 # -- heads ------------------------------------------------------------------------------------------------
