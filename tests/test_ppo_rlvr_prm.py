@@ -7,8 +7,12 @@ import pytest
 import torch
 
 from suite.algorithms.ppo_rlvr_prm import (
+    RlvrPrmConfig,
+    RlvrPrmTrainer,
+    categorical_log_probs,
     input_gradient_penalty,
     js_categorical,
+    js_categorical_grad,
     js_gaussian_mc,
     variance_weighted_advantages,
 )
@@ -76,6 +80,50 @@ def test_input_gradient_penalty_is_the_jacobian_norm():
     # nonlinear: y = x0^2 -> dy/dx = (2 x0, 0)
     y = x[:, :1] ** 2
     torch.testing.assert_close(input_gradient_penalty(y, x), (2 * x[:, 0]).square())
+
+
+@pytest.mark.parametrize("n", [2, 10, 26])  # CartPole, TextMatch 'code', TextMatch 'english'
+def test_old_log_probs_made_once_per_update_equal_each_minibatchs_own_bit_for_bit(n):
+    """pi_old's log-probabilities are computed once over the whole rollout (``old_logq``) instead of once per
+    minibatch: the rows a minibatch takes of them equal what its own rows give, and so do the JS and its derivative,
+    bit for bit, at every minibatch size."""
+    rng = np.random.default_rng(n)
+    old = (3 * rng.standard_normal((2048, n))).astype(np.float32)
+    whole = categorical_log_probs(old)
+    logp = categorical_log_probs(old + (0.3 * rng.standard_normal(old.shape)).astype(np.float32))
+    p = np.exp(logp)
+    for b in (1, 7, 64, 128, 256):
+        idx = rng.permutation(2048)[:b]
+        own = categorical_log_probs(np.ascontiguousarray(old[idx]))
+        assert whole[idx].tobytes() == own.tobytes()
+        ref = js_categorical_grad(p[idx], logp[idx], own)
+        got = js_categorical_grad(p[idx], logp[idx], whole[idx])
+        assert [a.tobytes() for a in got] == [a.tobytes() for a in ref]
+    # and they are the log-softmax (torch's, within rounding)
+    torch.testing.assert_close(torch.from_numpy(whole), torch.log_softmax(torch.from_numpy(old), -1))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_minibatch_extra_carries_old_log_probs_only_for_the_hand_derived_categorical_js(fused):
+    import types
+
+    import gymnasium as gym
+
+    from suite.algorithms.core import net_config
+    from suite.algorithms.networks import ActorCritic
+
+    cfg = RlvrPrmConfig()
+    obs = torch.rand(300, 1)
+    rollout = types.SimpleNamespace(n_samples=300, obs_all=lambda: iter([(slice(0, 300), obs)]))
+    for action_space in (gym.spaces.Discrete(26), gym.spaces.Box(-1, 1, (3,), np.float32)):
+        policy = ActorCritic(gym.spaces.Box(0, 1, (1,), np.float32), action_space, net_config(cfg))
+        extra = RlvrPrmTrainer.minibatch_extra(types.SimpleNamespace(fused=fused, policy=policy), rollout)
+        with torch.no_grad():
+            assert torch.equal(extra["old_params"], policy.policy_params(obs))
+        categorical = isinstance(action_space, gym.spaces.Discrete)
+        assert ("old_logq" in extra) == (fused and categorical)
+        if "old_logq" in extra:
+            assert extra["old_logq"].numpy().tobytes() == categorical_log_probs(extra["old_params"].numpy()).tobytes()
 
 
 def test_aliases_and_validation():

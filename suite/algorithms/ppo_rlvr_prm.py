@@ -226,12 +226,18 @@ class RlvrPrmTrainer(ActorCriticTrainer):
 
     @torch.no_grad()
     def minibatch_extra(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """pi_old's raw policy outputs ``(n, P)``: called before the first step, so the policy is still pi_old.
+        """pi_old's raw policy outputs ``(n, P)`` (``old_params``; with the hand-derived loss of a categorical head
+        also their log-probabilities, ``old_logq``): called before the first step, so the policy is still pi_old.
         Computed in chunks, so image rollouts are never converted to float all at once."""
         out = torch.empty(rollout.n_samples, self.policy.head.n_params)
         for sl, obs in rollout.obs_all():
             out[sl] = self.policy.policy_params(obs)
-        return {"old_params": out}
+        extra = {"old_params": out}
+        if self.fused and isinstance(self.policy.head, CategoricalHead):
+            # pi_old's log-probabilities for the hand-derived JS, once per update rather than once per minibatch
+            # (n_epochs times): the same rows (categorical_log_probs), ~100 us less per step at 128 x 26
+            extra["old_logq"] = torch.from_numpy(categorical_log_probs(out.numpy()))
+        return extra
 
     def supports_fused_loss(self) -> bool:
         return self.cfg.hand_derived
@@ -253,7 +259,10 @@ class RlvrPrmTrainer(ActorCriticTrainer):
             fl.dlog_std_extra = dls * np.float32(cfg.js_coef * w / B)
         else:
             assert state.p is not None and state.logp_all is not None
-            js, dmu = js_categorical_grad(state.p, state.logp_all, old)
+            logq = mb.extra.get("old_logq")
+            js, dmu = js_categorical_grad(
+                state.p, state.logp_all, categorical_log_probs(old) if logq is None else logq.numpy()
+            )
         fl.dparams_extra = dmu * np.float32(cfg.js_coef * w / B)
         js_mean = float(fast_mean(js))
         smooth = 0.0
@@ -292,10 +301,17 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         return loss, metrics
 
 
-def js_categorical_grad(p: np.ndarray, logp: np.ndarray, old_logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`js_categorical` per sample ``(B,)`` and its derivative w.r.t. the current logits ``(B, n)``: with
+def categorical_log_probs(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities ``(B, n)`` of categorical logits, ``logits - logaddexp.reduce(logits)`` row by row. A row's
+    values depend on that row alone (numpy folds ``logaddexp`` along it in order), so the rows of one call over a
+    whole rollout equal those of a call over any minibatch of it, bit for bit (tested)."""
+    return logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+
+
+def js_categorical_grad(p: np.ndarray, logp: np.ndarray, logq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`js_categorical` per sample ``(B,)`` and its derivative w.r.t. the current logits ``(B, n)``, from the
+    current log-probabilities and pi_old's ``logq`` (:func:`categorical_log_probs` of its logits): with
     ``m = (p + q) / 2``, ``dJS/dp_i = (log p_i - log m_i) / 2``, through the softmax ``p (g - sum p g)``."""
-    logq = old_logits - np.logaddexp.reduce(old_logits, axis=-1, keepdims=True)
     log_m = np.logaddexp(logp, logq) - np.float32(LOG_2)
     q = np.exp(logq)
     js = 0.5 * (p * (logp - log_m)).sum(-1) + 0.5 * (q * (logq - log_m)).sum(-1)
