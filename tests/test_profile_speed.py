@@ -13,6 +13,7 @@ from suite.profile.speed import (
     _resolve,
     _run_slice,
     format_speed_profile,
+    gemm_rate,
     profile_speed,
 )
 from suite.trial import deterministic_view, run_trial
@@ -50,6 +51,43 @@ def test_profile_of_a_ppo_slice_counts_the_loop_and_measures_its_limit():
     assert len(prof.top) == 5 and all(row["calls"] >= 1 for row in prof.top)
     text = format_speed_profile(prof)
     assert "env step" in text and "training runs at" in text and "top functions" in text
+    assert "network arithmetic:" in text and "of this machine's matmul rate" in text
+
+
+def _mlp_macs(widths: list[int]) -> tuple[int, int]:
+    """Multiply-adds per sample of an MLP with these widths: (all layers, all but the first)."""
+    layers = [a * b for a, b in zip(widths[:-1], widths[1:], strict=True)]
+    return sum(layers), sum(layers[1:])
+
+
+def test_the_arithmetic_counts_every_matrix_product_of_the_twin_mlp():
+    """CartPole's zoo network, policy 4-64-64-2 and value 4-64-64-1: an inference of B samples is 2 B MACs per weight
+    (one product per layer), a train step 2 B x (forward + dW of every layer + dx of every layer but the first), the
+    in-place products of the hand-derived backward included. The rate is their sum over the network's time."""
+    prof = profile_speed("ppo", "CartPole-v1", steps=512, with_cprofile=False)
+    lim = prof.limit
+    (pi_all, pi_upper), (vf_all, vf_upper) = _mlp_macs([4, 64, 64, 2]), _mlp_macs([4, 64, 64, 1])
+    macs_all, macs_upper = pi_all + vf_all, pi_upper + vf_upper
+    assert lim["flops_per_inference"] == 2 * 8 * macs_all
+    assert lim["flops_per_train_step"] == 2 * 256 * (2 * macs_all + macs_upper) == 13_402_112
+    flops = lim["flops_per_inference"] * lim["inference_calls"] + lim["flops_per_train_step"] * lim["train_steps"]
+    assert lim["network_flops"] == flops
+    assert lim["network_flop_rate"] == pytest.approx(flops / lim["network_s"])
+    assert lim["gemm_flop_rate"] > 0 and lim["gemm_size"] == 512
+
+
+def test_the_arithmetic_counts_the_in_place_products_of_accumulated_micro_batches():
+    """Micro-batches accumulate their gradients with in-place ``addmm_``/``baddbmm_`` (FlopCounterMode does not count
+    those by itself): a step of 4 x 64 samples is the same arithmetic as a step of 256."""
+    whole = profile_speed("ppo", "CartPole-v1", steps=256, with_cprofile=False)
+    parts = profile_speed("ppo", "CartPole-v1", steps=256, overrides={"grad_accumulation": 4}, with_cprofile=False)
+    assert parts.limit["flops_per_train_step"] == whole.limit["flops_per_train_step"] == 13_402_112
+
+
+def test_gemm_rate_is_the_best_round():
+    """Rounds of 8 calls timed at 1, 2 and 0.5 clock units: the best is 0.5 / 8 per product of 2 x 4^3 FLOPs."""
+    ticks = iter([0.0, 1.0, 1.0, 3.0, 3.0, 3.5])
+    assert gemm_rate(lambda: next(ticks), size=4, reps=8, rounds=3) == pytest.approx(2 * 4**3 / (0.5 / 8))
 
 
 def test_the_limit_does_the_same_work_per_step_under_gradient_accumulation():
@@ -76,7 +114,8 @@ def test_the_limit_makes_the_network_passes_the_loss_makes(monkeypatch):
     prof = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, with_cprofile=False)
     lim = prof.limit
     assert lim["network_path"] == "hand-derived kernel + input-gradient penalty (exact)"
-    assert len(batches) == prof.calls["forward"] + lim["train_steps"]  # the training's and, between them, the limit's
+    # the training's, between them the limit's, and the one train step whose FLOPs are counted
+    assert len(batches) == prof.calls["forward"] + lim["train_steps"] + 1
     assert batches == [256] * len(batches) and lim["train_steps"] == 20 and lim["train_batch"] == 256
     batches.clear()
     auto = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, overrides={"hand_derived": False}, with_cprofile=False)
@@ -89,6 +128,10 @@ def test_profile_of_an_autograd_algorithm_names_its_path():
     prof = profile_speed("ppo", "ALE/Pong-v5", steps=64, overrides={"n_envs": 2, "n_steps": 32, "batch_size": 32},
                          with_cprofile=False)  # fmt: skip
     assert prof.limit["network_path"] == "modules + autograd"
+    # convolutions counted, forward and backward: a step of 32 samples is 2-3x the forward of 32 (16 inferences of 2;
+    # the first convolution needs no input gradient)
+    forward_32 = 16 * prof.limit["flops_per_inference"]
+    assert 2 * forward_32 < prof.limit["flops_per_train_step"] < 3 * forward_32
     assert prof.calls["optimizer"] == 4 * 2  # 4 epochs of 2 minibatches, one rollout
 
 

@@ -18,7 +18,9 @@ One training slice of an algorithm on an env is run twice in this process, same 
    :mod:`suite.algorithms.fused` where it applies, modules and autograd otherwise; with the network passes the
    loss itself makes on that path, such as ``ppo-rlvr-prm``'s input-gradient penalty:
    ``ActorCriticTrainer.network_extra``). Training steps/s as a fraction of the limit's steps/s says how much of
-   the loop is overhead;
+   the loop is overhead. The network alone's **arithmetic** says how much of the limit is itself overhead: the
+   FLOPs of its matrix products and convolutions (torch's ``FlopCounterMode`` on one inference and one train step),
+   their rate over the network's time, and this machine's rate on a large matmul, measured in the same run;
 3. **top functions**: under ``cProfile`` (which adds ~1 us per Python call, so it inflates Python-heavy parts;
    its times are for ranking, the timed run's are the figures).
 
@@ -395,6 +397,69 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
     return elapsed, path
 
 
+def _network_flops(trainer: Any, inference: tuple[int, int], training: tuple[int, int]) -> tuple[int, int]:
+    """FLOPs of matrix products and convolutions (torch's ``FlopCounterMode``, plus the in-place ``addmm_`` and
+    ``baddbmm_`` it leaves out) in one inference call of ``inference[1]`` samples and one train step of ``training[1]``
+    samples, by the path :func:`_time_network` times, with the trainer's state kept. Elementwise work (activations,
+    the heads' numpy arithmetic, Adam) is not counted: it is what the network's time holds beyond the products."""
+    from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+    aten = torch.ops.aten
+
+    def in_place(packet: Any) -> Any:  # the out-of-place formula, already taking FlopCounterMode's arguments
+        def formula(*args: Any, **kwargs: Any) -> Any:
+            return flop_registry[packet](*args, **kwargs)
+
+        formula._get_raw = True  # type: ignore[attr-defined]
+        return formula
+
+    custom = {aten.addmm_: in_place(aten.addmm), aten.baddbmm_: in_place(aten.baddbmm)}
+    counts = []
+    for work in (((1, inference[1]), (0, 1)), ((0, 1), (1, training[1]))):
+        mode = FlopCounterMode(display=False, custom_mapping=custom)
+        with _state_kept(trainer.stepper), mode:
+            _time_network(trainer, work[0], work[1], time.perf_counter)
+        counts.append(int(mode.get_total_flops()))
+    return counts[0], counts[1]
+
+
+GEMM_SIZE = 512
+"""Side of the square float32 matmul that measures this machine's matrix-product rate (~3 ms a call at one thread)."""
+
+
+def gemm_rate(now: Callable[[], float], size: int = GEMM_SIZE, reps: int = 8, rounds: int = 3) -> float:
+    """FLOP/s of a ``size``-square float32 ``torch.mm`` at the current thread count, best of ``rounds`` rounds of
+    ``reps`` calls: what the CPU's BLAS does when the products are large enough for per-call costs not to count."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    out = torch.empty(size, size)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(rounds):
+        t = now()
+        for _ in range(reps):
+            torch.mm(a, b, out=out)
+        best = min(best, (now() - t) / reps)
+    return 2.0 * size**3 / best if best > 0 else float("inf")
+
+
+def _arithmetic(prof: SpeedProfile, trainer: Any, now: Callable[[], float]) -> None:
+    """Add the network alone's arithmetic to ``prof.limit``: its counted FLOPs (:func:`_network_flops` times the
+    limit's calls), their rate over the network's time, and this machine's matmul rate (:func:`gemm_rate`) in the
+    same run. A rate far below the matmul rate says the network's own time is per-call and elementwise work, which a
+    faster kernel could still remove; one close to it, that the limit is arithmetic."""
+    lim = prof.limit
+    if trainer is None or "network_s" not in lim or not lim.get("train_steps", 0) and not lim.get("inference_calls", 0):
+        return
+    per_inference, per_train_step = _network_flops(
+        trainer, (1, max(int(lim["inference_batch"]), 1)), (1, max(int(lim["train_batch"]), 1))
+    )
+    flops = per_inference * lim["inference_calls"] + per_train_step * lim["train_steps"]
+    lim["flops_per_inference"], lim["flops_per_train_step"], lim["network_flops"] = per_inference, per_train_step, flops
+    lim["network_flop_rate"] = flops / lim["network_s"] if lim["network_s"] > 0 else None
+    lim["gemm_flop_rate"] = gemm_rate(now)
+    lim["gemm_size"] = GEMM_SIZE
+
+
 def _top_functions(resolved: Any, top: int) -> list[dict[str, Any]]:
     prof = cProfile.Profile()
     prof.enable()
@@ -484,6 +549,7 @@ def profile_speed(
         prof.limit["inference_calls"], prof.limit["inference_batch"] = inference
         prof.limit["train_steps"], prof.limit["train_batch"] = training
     prof.limit["interleaved"] = between
+    _arithmetic(prof, trainer if hasattr(trainer, "stepper") else None, laps.now)
     if "env_s" in prof.limit:
         prof.limit["limit_s"] = prof.limit["env_s"] + prof.limit.get("network_s", 0.0)
         prof.limit["limit_steps_per_second"] = prof.steps / prof.limit["limit_s"] if prof.limit["limit_s"] else None
@@ -522,6 +588,13 @@ def format_speed_profile(prof: SpeedProfile) -> str:
         frac = prof.limit_fraction
         lines.append(f"  = {lim['limit_s']:.3f} s, {lim['limit_steps_per_second']:,.0f} steps/s; training runs at "
                      f"{frac:.2f} of the limit" if frac is not None else "")  # fmt: skip
+    if lim.get("network_flop_rate") and lim.get("gemm_flop_rate"):
+        rate, gemm = lim["network_flop_rate"], lim["gemm_flop_rate"]
+        lines.append(f"network arithmetic: {lim['network_flops'] / 1e9:.2f} GFLOP of matrix products "
+                     f"({lim['flops_per_train_step'] / 1e6:.2f} MFLOP a train step, {lim['flops_per_inference'] / 1e6:.3f} "
+                     f"an inference) in the network's {lim['network_s']:.3f} s = {rate / 1e9:.1f} GFLOP/s, "
+                     f"{rate / gemm:.2f} of this machine's matmul rate ({gemm / 1e9:.1f} GFLOP/s, "
+                     f"{lim['gemm_size']}-square, same threads)")  # fmt: skip
     if prof.top:
         lines += ["", "top functions (cProfile, a second run of the slice; its overhead inflates Python-heavy code):",
                   f"  {'tottime s':>10}{'cumtime s':>11}{'calls':>10}  function"]  # fmt: skip
