@@ -1,4 +1,5 @@
-"""The shared network pieces: the running observation statistics are bit-identical to their torch form."""
+"""The shared network pieces: the running observation statistics are bit-identical to their torch form; the
+Nature CNN's frame conversion and its lean first convolution give exactly what the plain forms give."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from suite.algorithms.networks import RunningMeanStd
+from suite.algorithms import networks
+from suite.algorithms.networks import NatureCNN, RunningMeanStd
 
 
 class TorchRunningMeanStd:
@@ -69,3 +71,68 @@ def test_running_mean_std_keeps_working_after_a_state_dict_round_trip() -> None:
     assert torch.equal(a.mean, b.mean) and torch.equal(a.var, b.var) and float(b.count) == pytest.approx(32.0001)
     assert torch.equal(a.normalize(x), b.normalize(x))
     assert b.state_dict()["count"].item() == a.count.item()
+
+
+def _reference_frames(x: torch.Tensor) -> torch.Tensor:
+    """The conversion up to 2026-12-04: a channels-last uint8 copy, then float, then / 255 in place."""
+    return x.contiguous(memory_format=torch.channels_last).float().div_(255.0)
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("reuse", [False, True])
+def test_frames_to_float_is_the_channels_last_conversion_bit_for_bit(channels, layout, reuse) -> None:
+    x = torch.randint(0, 256, (5, channels, 9, 7), dtype=torch.uint8).contiguous(memory_format=layout)
+    got, want = networks._frames_to_float(x, reuse=reuse), _reference_frames(x)
+    assert got.dtype == torch.float32 and got.shape == want.shape and got.stride() == want.stride()
+    assert torch.equal(got, want)
+    assert torch.equal(x, x.clone())  # the frames themselves are not written to
+
+
+def test_frames_to_float_reuses_a_bounded_set_of_buffers() -> None:
+    """``reuse`` writes into one kept buffer per shape (overwritten by the next call of that shape: its callers keep
+    nothing); at most _FRAME_BUFFER_SHAPES shapes are kept, the oldest dropped first; without ``reuse`` every call
+    gets its own tensor."""
+    networks._FRAME_BUFFERS.clear()
+    x = torch.randint(0, 256, (2, 4, 6, 6), dtype=torch.uint8)
+    a = networks._frames_to_float(x, reuse=True)
+    b = networks._frames_to_float(x.flip(0), reuse=True)
+    assert a.data_ptr() == b.data_ptr() and torch.equal(b, _reference_frames(x.flip(0)))
+    assert networks._frames_to_float(x).data_ptr() != a.data_ptr()
+    for batch in range(3, 3 + networks._FRAME_BUFFER_SHAPES):
+        networks._frames_to_float(torch.zeros(batch, 4, 6, 6, dtype=torch.uint8), reuse=True)
+    assert len(networks._FRAME_BUFFERS) == networks._FRAME_BUFFER_SHAPES and (2, 6, 6, 4) not in networks._FRAME_BUFFERS
+    networks._FRAME_BUFFERS.clear()
+
+
+def test_float_frames_are_scaled_without_being_written_to() -> None:
+    x = torch.rand(3, 4, 6, 6) * 255
+    keep = x.clone()
+    assert torch.equal(networks._frames_to_float(x, reuse=True), x.contiguous(memory_format=torch.channels_last) / 255.0)
+    assert torch.equal(x, keep)
+
+
+def test_nature_cnn_gives_autograds_numbers_for_two_minibatches_in_a_row() -> None:
+    """The lean first convolution (uint8 frames kept, float frames made again in a reused buffer for the weight
+    gradient) against a plain autograd CNN on the float frames, two steps of different frames in a row (the second
+    overwrites the first's buffer): the same outputs and gradients, bit for bit, and the frames' own layout either
+    way."""
+    torch.manual_seed(0)
+    lean = NatureCNN(4)
+    plain = NatureCNN(4)
+    plain.load_state_dict(lean.state_dict())
+    for step in range(2):
+        frames = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+        if step:
+            frames = frames.contiguous(memory_format=torch.channels_last)
+        lean.zero_grad()
+        plain.zero_grad()
+        out = lean(frames)
+        out.square().sum().backward()
+        ref = plain.net(_reference_frames(frames))
+        ref.square().sum().backward()
+        assert torch.equal(out, ref)
+        for p, q in zip(lean.parameters(), plain.parameters(), strict=True):
+            assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
+        with torch.no_grad():
+            assert torch.equal(lean(frames), ref)

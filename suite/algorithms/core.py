@@ -262,12 +262,10 @@ class FrameObsStore:
         self._prev = obs.copy()
 
     def _gather(self, rows: torch.Tensor) -> torch.Tensor:
-        """``rows (B, S)`` frame indices -> ``(B, S, *frame)`` uint8, channels-last for 2-D frames (the layout the
-        CNN converts them to anyway, so the minibatch exists once)."""
-        stacks = self._frames.t.index_select(0, rows.reshape(-1)).view(*rows.shape, *self.frame_shape)
-        if len(self.frame_shape) == 2:
-            return stacks.contiguous(memory_format=torch.channels_last)
-        return stacks
+        """``rows (B, S)`` frame indices -> ``(B, S, *frame)`` uint8, contiguous (the CNN interleaves the stack's
+        frames into channels-last as it converts them to float: one pass, :func:`~suite.algorithms.networks.
+        _frames_to_float`)."""
+        return self._frames.t.index_select(0, rows.reshape(-1)).view(*rows.shape, *self.frame_shape)
 
     def batch(self, idx: torch.Tensor) -> torch.Tensor:
         return self._gather(self.index_t.view(-1, self.S).index_select(0, idx))

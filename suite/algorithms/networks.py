@@ -123,11 +123,37 @@ def _mlp_no_grad(seq: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _frames_to_float(x: torch.Tensor) -> torch.Tensor:
-    """Frames ``(B, C, H, W)`` as channels-last float32 in [0, 1] (one new buffer, scaled in place; float inputs,
-    from float32/float16 storage, are never written to)."""
-    x = x.contiguous(memory_format=torch.channels_last)
-    return x.float().div_(255.0) if x.dtype != torch.float32 else x / 255.0
+_FRAME_BUFFERS: dict[tuple[int, ...], torch.Tensor] = {}
+"""Float buffers ``(B, H, W, C)`` by shape for :func:`_frames_to_float` (``reuse=True``): a minibatch's 7 MB of
+float frames written into pages already mapped instead of new ones (a fresh buffer cost ~1.5 ms of page faults per
+64-frame micro-batch, more than the conversion itself). At most :data:`_FRAME_BUFFER_SHAPES` shapes are kept."""
+
+_FRAME_BUFFER_SHAPES = 4
+
+
+def _frames_to_float(x: torch.Tensor, reuse: bool = False) -> torch.Tensor:
+    """Frames ``(B, C, H, W)`` (uint8, any memory layout) as channels-last float32 in [0, 1]: the channels
+    interleaved and converted in one pass (``torch.stack`` of the ``C`` planes into a float ``(B, H, W, C)`` buffer;
+    ~2x faster than a channels-last uint8 copy and a conversion after it), then scaled in place. The same values
+    and layout as ``x.contiguous(memory_format=torch.channels_last).float().div_(255)``. ``reuse``: write into a
+    kept buffer (:data:`_FRAME_BUFFERS`); only for a caller that neither keeps the result nor lets autograd save it
+    (the result is overwritten by the next call of the same shape). Float inputs (float32/float16 storage) are
+    never written to; a single channel (whose two layouts are the same memory, told apart by strides alone) takes
+    the copy-then-convert form as before."""
+    if x.is_floating_point() or x.shape[1] == 1:
+        x = x.contiguous(memory_format=torch.channels_last)
+        return x.float().div_(255.0) if x.dtype != torch.float32 else x / 255.0
+    B, C, H, W = x.shape
+    shape = (B, H, W, C)
+    buf = _FRAME_BUFFERS.get(shape) if reuse else None
+    if buf is None:
+        buf = torch.empty(shape)
+        if reuse:
+            if len(_FRAME_BUFFERS) >= _FRAME_BUFFER_SHAPES:
+                del _FRAME_BUFFERS[next(iter(_FRAME_BUFFERS))]
+            _FRAME_BUFFERS[shape] = buf
+    torch.stack(x.unbind(1), dim=-1, out=buf)
+    return buf.permute(0, 3, 1, 2).div_(255.0)
 
 
 class _FirstConv(torch.autograd.Function):
@@ -137,30 +163,30 @@ class _FirstConv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int) -> torch.Tensor:
-        frames = frames.contiguous(memory_format=torch.channels_last)
         ctx.save_for_backward(frames, weight)
         ctx.stride = stride
-        return F.conv2d(_frames_to_float(frames), weight, bias, stride)
+        return F.conv2d(_frames_to_float(frames, reuse=True), weight, bias, stride)  # no graph inside forward
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[None, torch.Tensor, torch.Tensor, None]:
         frames, weight = ctx.saved_tensors
         s = ctx.stride
+        x = _frames_to_float(frames, reuse=True)
         _, grad_w, grad_b = torch.ops.aten.convolution_backward(
-            grad_out, _frames_to_float(frames), weight, [weight.shape[0]], [s, s], [0, 0], [1, 1], False, [0, 0], 1,
-            [False, True, True],
-        )  # fmt: skip
+            grad_out, x, weight, [weight.shape[0]], [s, s], [0, 0], [1, 1], False, [0, 0], 1, [False, True, True]
+        )
         return None, grad_w, grad_b, None
 
 
 class NatureCNN(nn.Module):
     """Mnih et al. 2015 trunk; input uint8 frames ``(B, C, 84, 84)``, output ``(B, 512)``.
 
-    Lean and fast on CPU without changing the maths: the frames go channels-last before the float conversion
+    Lean and fast on CPU without changing the maths: the frames go channels-last as they are converted to float
     (oneDNN's convolutions need no padded reorder of the 4-channel input: 1.7x faster steps and ~80 MB less peak
     at a 256-frame minibatch on the dev machine), the conversion and the /255 happen in one float buffer that
-    autograd does not keep (:class:`_FirstConv` keeps the frames), and the ReLUs are in place (no second copy of
-    each activation; autograd needs only their outputs).
+    autograd does not keep and the next minibatch reuses (:class:`_FirstConv` keeps the uint8 frames;
+    :func:`_frames_to_float`), and the ReLUs are in place (no second copy of each activation; autograd needs only
+    their outputs).
     """
 
     def __init__(self, in_channels: int, ortho: bool = True):
@@ -187,7 +213,7 @@ class NatureCNN(nn.Module):
         if torch.is_grad_enabled() and conv.weight.requires_grad:
             h = _FirstConv.apply(x, conv.weight, conv.bias, conv.stride[0])
         else:
-            h = conv(_frames_to_float(x))
+            h = conv(_frames_to_float(x, reuse=not torch.is_grad_enabled()))
         return self.net[1:](h)
 
 
