@@ -277,7 +277,7 @@ class FrameObsStore:
         """All stacks ``(T, N, S, *frame)`` uint8 (a copy: every frame gathered into its stacks)."""
         T = self.steps
         rows = self.index_t[:T].reshape(-1, self.S)
-        return self._gather(rows).contiguous().view(T, self.N, self.S, *self.frame_shape)
+        return self._gather(rows).view(T, self.N, self.S, *self.frame_shape)
 
     # The public API's ``Rollout.obs`` is a ``(T, N, *shape)`` tensor (API 1.0): a plugin may read ``shape``,
     # ``reshape`` or index it; those materialise the whole float tensor (the core itself uses batch/at).

@@ -448,8 +448,8 @@ def _arithmetic(prof: SpeedProfile, trainer: Any, now: Callable[[], float]) -> N
     same run. A rate far below the matmul rate says the network's own time is per-call and elementwise work, which a
     faster kernel could still remove; one close to it, that the limit is arithmetic."""
     lim = prof.limit
-    if trainer is None or "network_s" not in lim or not lim.get("train_steps", 0) and not lim.get("inference_calls", 0):
-        return
+    if "network_s" not in lim or not (lim["train_steps"] or lim["inference_calls"]):
+        return  # no network limit (an algorithm outside the suite's core) or no network work to count
     per_inference, per_train_step = _network_flops(
         trainer, (1, max(int(lim["inference_batch"]), 1)), (1, max(int(lim["train_batch"]), 1))
     )
@@ -549,7 +549,7 @@ def profile_speed(
         prof.limit["inference_calls"], prof.limit["inference_batch"] = inference
         prof.limit["train_steps"], prof.limit["train_batch"] = training
     prof.limit["interleaved"] = between
-    _arithmetic(prof, trainer if hasattr(trainer, "stepper") else None, laps.now)
+    _arithmetic(prof, trainer, laps.now)
     if "env_s" in prof.limit:
         prof.limit["limit_s"] = prof.limit["env_s"] + prof.limit.get("network_s", 0.0)
         prof.limit["limit_steps_per_second"] = prof.steps / prof.limit["limit_s"] if prof.limit["limit_s"] else None
