@@ -218,3 +218,44 @@ def test_uint8_storage_of_vector_observations_is_a_user_error():
         TrialSpec("ppo", "CartPole-v1", 0, 100, overrides={"obs_storage_dtype": "uint8"}).resolve()
     with pytest.raises(UserError, match="grad_accumulation"):
         TrialSpec("ppo", "CartPole-v1", 0, 100, overrides={"grad_accumulation": 0}).resolve()
+
+
+@pytest.mark.parametrize(
+    ("algo", "env_id", "overrides"),
+    [
+        ("ppo", "CartPole-v1", {}),  # the zoo's: one minibatch per epoch, 20 epochs
+        ("ppo", "CartPole-v1", {"batch_size": 100, "grad_accumulation": 2}),  # a short last minibatch, micro-batches
+        ("ppo", "LunarLander-v3", {"n_envs": 4, "n_steps": 128}),  # 8 minibatches per epoch
+        ("ppo-rlvr-prm", "CartPole-v1", {}),  # pi_old's outputs gathered per micro-batch
+        ("ppo-rlvr-prm", "CartPole-v1", {"smooth_probes": 1}),  # its loss draws: a block per epoch at most
+    ],
+)
+def test_minibatches_prepared_ahead_give_the_same_update(monkeypatch, algo, env_id, overrides):
+    """An update prepares its minibatches (table rows, normalised advantages, micro-batches) before their gradient
+    steps: the whole update in one block when nothing in it draws random numbers besides the epochs' permutations,
+    else one epoch at a time. Against gathering each minibatch just before its step (``_PREPARED_ROWS_BYTES = 0``)
+    both give the same parameters and metrics bit for bit, and leave torch's random stream in the same state."""
+    from suite.algorithms import actor_critic
+
+    runs = []
+    for cap in (0, 1, actor_critic._PREPARED_ROWS_BYTES):  # each step alone, a block per epoch, the default
+        monkeypatch.setattr(actor_critic, "_PREPARED_ROWS_BYTES", cap)
+        params, metrics, _ = _train_slice(algo, env_id, overrides, updates=2)
+        runs.append((params, metrics, torch.rand(4)))
+    for params, metrics, after in runs[1:]:
+        assert torch.equal(params, runs[0][0]) and metrics == runs[0][1] and torch.equal(after, runs[0][2])
+
+
+def test_a_loss_that_draws_keeps_its_permutations_per_epoch(monkeypatch):
+    """``ppo-rlvr-prm``'s Hutchinson probes are drawn in the loss, between the epochs' permutations: drawing every
+    permutation up front would move the probes, so the trainer says its update draws; PPO's does not."""
+    from suite.algorithms.actor_critic import ActorCriticTrainer
+    from suite.algorithms.ppo import PPOTrainer
+    from suite.algorithms.ppo_rlvr_prm import RlvrPrmTrainer
+
+    params, _, _ = _train_slice("ppo-rlvr-prm", "CartPole-v1", {"smooth_probes": 1}, updates=1)
+    monkeypatch.setattr(RlvrPrmTrainer, "update_draws_random", lambda self: False)
+    moved, _, _ = _train_slice("ppo-rlvr-prm", "CartPole-v1", {"smooth_probes": 1}, updates=1)
+    assert not torch.equal(params, moved)
+    assert PPOTrainer.update_draws_random(None) is False  # type: ignore[arg-type]
+    assert ActorCriticTrainer.update_draws_random(None) is True  # type: ignore[arg-type]

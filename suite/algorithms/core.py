@@ -549,6 +549,9 @@ class SampleTable:
         self.slices = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
         self.table = np.concatenate(columns, axis=1, dtype=np.float32)
         self.rollout = rollout
+        self.n = n
+        """Samples (rows)."""
+        self.row_bytes = self.table.shape[1] * self.table.itemsize
 
     def gather(self, idx: np.ndarray) -> np.ndarray:
         """Rows ``(B, C)`` of the samples ``idx`` (``take``: the same rows as ``table[idx]``, without fancy indexing's

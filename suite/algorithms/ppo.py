@@ -38,6 +38,9 @@ class PPOTrainer(ActorCriticTrainer):
     def supports_fused_loss(self) -> bool:
         return True
 
+    def update_draws_random(self) -> bool:
+        return False  # PPO's loss draws nothing
+
     def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 

@@ -333,6 +333,9 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         # policy has no kernel (suite.algorithms.fused.kernel_for) and the update uses autograd
         return True
 
+    def update_draws_random(self) -> bool:
+        return False  # PPO's loss with another clip: nothing drawn
+
     def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 

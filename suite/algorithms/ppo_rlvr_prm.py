@@ -242,6 +242,11 @@ class RlvrPrmTrainer(ActorCriticTrainer):
     def supports_fused_loss(self) -> bool:
         return self.cfg.hand_derived
 
+    def update_draws_random(self) -> bool:
+        # Hutchinson's probes and the Gaussian heads' Monte Carlo JS draw in the loss; the exact penalty and the
+        # categorical JS draw nothing
+        return self.cfg.smooth_probes > 0 or not self.policy.discrete
+
     def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
         """:meth:`loss` with its derivatives by hand: PPO's part from :func:`ppo_fused_loss`, the JS term's derivative
         w.r.t. the policy's outputs (and log std), the smoothness penalty's gradient from :func:`jacobian_penalty`."""
