@@ -259,3 +259,19 @@ def test_a_loss_that_draws_keeps_its_permutations_per_epoch(monkeypatch):
     assert not torch.equal(params, moved)
     assert PPOTrainer.update_draws_random(None) is False  # type: ignore[arg-type]
     assert ActorCriticTrainer.update_draws_random(None) is True  # type: ignore[arg-type]
+
+
+def test_frames_are_gathered_one_micro_batch_at_a_time(monkeypatch):
+    """Frames are stored apart from the sample table, so preparing ahead does not apply to them: each micro-batch's
+    frames are gathered just before its loss, and a step holds one micro-batch of frames, not its whole minibatch's
+    (the lean Pong default's point; `suite regress` saw the update's peak 1.27x when all four were gathered first)."""
+    from suite.algorithms.core import Rollout
+    from suite.algorithms.ppo import PPOTrainer
+
+    events: list[str] = []
+    obs_batch, loss = Rollout.obs_batch, PPOTrainer.loss
+    monkeypatch.setattr(Rollout, "obs_batch", lambda self, idx: events.append("gather") or obs_batch(self, idx))
+    monkeypatch.setattr(PPOTrainer, "loss", lambda self, mb: events.append("loss") or loss(self, mb))
+    _train_slice("ppo", "ALE/Pong-v5", {**PONG_SMALL, "grad_accumulation": 2}, updates=1)
+    steps = PONG_SMALL["n_envs"] * PONG_SMALL["n_steps"] // PONG_SMALL["batch_size"]
+    assert events == ["gather", "loss"] * 2 * steps * TrialSpec("ppo", "ALE/Pong-v5", 0, 1).resolve().config.n_epochs

@@ -8,7 +8,7 @@ variant overrides only :meth:`ActorCriticTrainer.loss` and, where it has its own
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -303,7 +303,7 @@ class ActorCriticTrainer:
             clock.lap("update_setup")
         return out
 
-    def _minibatches(self, table: SampleTable, extra: dict[str, torch.Tensor], whole: bool) -> Iterator[list[Minibatch]]:
+    def _minibatches(self, table: SampleTable, extra: dict[str, torch.Tensor], whole: bool) -> Iterator[Iterable[Minibatch]]:
         """The micro-batches of every minibatch step of the update, in order: per epoch a fresh permutation,
         minibatches of ``batch_size`` samples, advantages normalised over the minibatch, ``grad_accumulation``
         micro-batches each.
@@ -314,7 +314,7 @@ class ActorCriticTrainer:
         17 us a minibatch, 2026-12-04). The block is the whole update when ``whole`` (no early stop, and no random
         draws in the update besides the permutations, so drawing every epoch's permutation first leaves the random
         stream as it was) and its rows take at most :data:`_PREPARED_ROWS_BYTES`; otherwise one epoch. Frames and
-        other observations stored apart are gathered one minibatch at a time, as they come."""
+        other observations stored apart are gathered one micro-batch at a time, as they come (as before 2026-12-04)."""
         cfg, clock = self.cfg, self.clock
         n, bs = table.n, cfg.batch_size
         prepare = table.obs_packed and _PREPARED_ROWS_BYTES > 0
@@ -326,15 +326,12 @@ class ActorCriticTrainer:
             if not prepare:
                 for start in range(0, n, bs):
                     idx = perms[0][start : start + bs]
-                    parts = self._minibatch_parts(table, extra, idx, table.gather(idx))
-                    if clock is not None:
-                        clock.lap("minibatch")
-                    yield parts
+                    yield self._timed(self._micro_batches(table, extra, idx, table.gather(idx)))
                 continue
             order = np.concatenate(perms) if len(perms) > 1 else perms[0]
             rows = table.gather(order)
             block = [
-                self._minibatch_parts(table, extra, order[lo : min(lo + bs, end)], rows[lo : min(lo + bs, end)])
+                list(self._micro_batches(table, extra, order[lo : min(lo + bs, end)], rows[lo : min(lo + bs, end)]))
                 for end in range(n, (len(perms) + 1) * n, n)
                 for lo in range(end - n, end, bs)
             ]
@@ -342,10 +339,19 @@ class ActorCriticTrainer:
                 clock.lap("minibatch")
             yield from block
 
-    def _minibatch_parts(
+    def _timed(self, micro_batches: Iterator[Minibatch]) -> Iterator[Minibatch]:
+        """``micro_batches`` as they come, each one's making charged to the profile's ``minibatch`` part."""
+        for mb in micro_batches:
+            if self.clock is not None:
+                self.clock.lap("minibatch")
+            yield mb
+
+    def _micro_batches(
         self, table: SampleTable, extra: dict[str, torch.Tensor], idx: np.ndarray, rows: np.ndarray
-    ) -> list[Minibatch]:
-        """The micro-batches of one minibatch: the samples ``idx`` and their table ``rows``."""
+    ) -> Iterator[Minibatch]:
+        """The micro-batches of one minibatch (the samples ``idx``, their table ``rows``), each made when it is
+        asked for: observations stored apart (frames) are gathered one micro-batch at a time, so a step holds one
+        micro-batch of them, not all of its minibatch's."""
         cfg = self.cfg
         b, k = idx.shape[0], cfg.grad_accumulation
         mb_adv = table.advantages(rows)
@@ -353,15 +359,13 @@ class ActorCriticTrainer:
             mb_adv = fast_normalize(mb_adv, 1e-8)  # (a - mean) / (std(ddof=1) + 1e-8)
         else:
             mb_adv = np.ascontiguousarray(mb_adv)
-        parts = []
         for lo, hi in [(0, b)] if k == 1 else micro_batches(b, k):
             part = idx[lo:hi]
             mb = table.minibatch(rows[lo:hi], part, mb_adv[lo:hi], (hi - lo) / b)
             if extra:
                 part_t = torch.from_numpy(part)
                 mb.extra = {key: v.index_select(0, part_t) for key, v in extra.items()}  # = v[part_t], ~2x faster
-            parts.append(mb)
-        return parts
+            yield mb
 
     def update_draws_random(self) -> bool:
         """Whether this trainer's update draws from torch's random stream besides the epochs' permutations (a loss
