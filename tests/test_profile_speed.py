@@ -47,10 +47,19 @@ def test_profile_of_a_ppo_slice_counts_the_loop_and_measures_its_limit():
     assert lim["env_vector_steps"] == 64 and lim["train_steps"] == 40 and lim["train_batch"] == 256
     assert lim["inference_batch"] == 8 and lim["network_path"] == "hand-derived kernel"
     assert lim["limit_s"] == pytest.approx(lim["env_s"] + lim["network_s"])
-    assert prof.limit_fraction == pytest.approx(lim["limit_s"] / prof.train_time)
+    # the headline training time is a third run's, without the lap clock or the limit (the parts' run pays for both)
+    assert prof.plain_train_time is not None and 0 < prof.plain_train_time < 5 * prof.train_time
+    assert prof.training_time == prof.plain_train_time
+    assert prof.limit_fraction == pytest.approx(lim["limit_s"] / prof.plain_train_time)
+    assert prof.steps_per_second == pytest.approx(512 / prof.plain_train_time)
+    without = profile_speed("ppo", "CartPole-v1", steps=512, with_cprofile=False, plain=False)
+    assert without.plain_train_time is None and without.limit_fraction == pytest.approx(
+        without.limit["limit_s"] / without.train_time
+    )
     assert len(prof.top) == 5 and all(row["calls"] >= 1 for row in prof.top)
     text = format_speed_profile(prof)
     assert "env step" in text and "training runs at" in text and "top functions" in text
+    assert "the part-by-part run below, with its clock, took" in text
     assert "network arithmetic:" in text and "of this machine's matmul rate" in text
 
 
@@ -114,8 +123,8 @@ def test_the_limit_makes_the_network_passes_the_loss_makes(monkeypatch):
     prof = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, with_cprofile=False)
     lim = prof.limit
     assert lim["network_path"] == "hand-derived kernel + input-gradient penalty (exact)"
-    # the training's, between them the limit's, and the one train step whose FLOPs are counted
-    assert len(batches) == prof.calls["forward"] + lim["train_steps"] + 1
+    # the training's, between them the limit's, the one train step whose FLOPs are counted, and the plain run's
+    assert len(batches) == 2 * prof.calls["forward"] + lim["train_steps"] + 1
     assert batches == [256] * len(batches) and lim["train_steps"] == 20 and lim["train_batch"] == 256
     batches.clear()
     auto = profile_speed("ppo-rlvr-prm", "CartPole-v1", steps=256, overrides={"hand_derived": False}, with_cprofile=False)
