@@ -381,3 +381,92 @@ def test_fused_rlvr_prm_loss_and_gradient_equal_autograd(spaces, overrides):
     for k in m_a:
         assert m_f[k] == pytest.approx(m_a[k], rel=1e-4, abs=1e-6), k
     torch.testing.assert_close(g_f, g_a, rtol=1e-4, atol=1e-6)
+
+
+# -- inference mode -------------------------------------------------------------------------------------------
+def _short_trial(algo, env, overrides):
+    """(parameters, update metrics, learning curve, final evaluation) of a short trial."""
+    from suite.trial import TrialContext, TrialSpec, seed_everything
+
+    resolved = TrialSpec(algo, env, 0, 3_000, overrides=overrides, n_eval_episodes=2, eval_freq=3_000).resolve()
+    seed_everything(0, 1)
+    ctx = TrialContext(resolved)
+    try:
+        policy = resolved.algo.train(ctx, resolved.config)
+        final = ctx.evaluate(policy, final=True)
+    finally:
+        ctx.close()
+    params = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+    return params, ctx.updates, (ctx.curve_return, ctx.curve_length), (final["returns"], final["lengths"])
+
+
+@pytest.mark.parametrize(
+    ("algo", "env", "overrides"),
+    [
+        ("ppo", "CartPole-v1", {}),
+        ("ppo-adaptive-clip", "TextMatch-v0", {}),
+        ("ppo-rlvr-prm", "CartPole-v1", {}),  # the input-gradient penalty by hand
+        ("ppo-rlvr-prm", "CartPole-v1", {"hand_derived": False}),  # kernel inference, autograd update
+        ("grpo", "CartPole-v1", {}),
+        ("grpo-pairwise", "TextMatch-v0", {}),
+        ("grpo-pairwise", "TextMatch-v0", {"hand_derived": False}),
+    ],
+)
+def test_inference_mode_changes_no_number_and_autograd_never_runs_in_it(monkeypatch, algo, env, overrides):
+    """The hand-derived paths run under ``torch.inference_mode`` (:func:`~suite.algorithms.fused.kernel_mode`): a short
+    trial gives the same parameters, update metrics, learning curve and final evaluation, bit for bit, as with the
+    mode switched off; the kernel's forwards run in it, and autograd's backward (the update's other path) never does."""
+    import contextlib
+
+    from suite.algorithms.core import GradientStepper
+    from suite.algorithms.fused import PolicyKernel
+
+    seen: dict[str, set[bool]] = {}
+
+    def spy(cls, name):
+        original = getattr(cls, name)
+
+        def wrapped(*args, **kwargs):
+            seen.setdefault(name, set()).add(torch.is_inference_mode_enabled())
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapped)
+
+    for cls, name in ((PolicyKernel, "infer"), (PolicyKernel, "evaluate"), (GradientStepper, "backward")):
+        spy(cls, name)
+    with_mode = _short_trial(algo, env, overrides)
+    by_hand = overrides.get("hand_derived", True)
+    assert seen["infer"] == {True}
+    assert seen.get("evaluate", set()) == ({True} if by_hand else set())
+    assert seen.get("backward", set()) == (set() if by_hand else {False})
+
+    monkeypatch.setattr(torch, "inference_mode", lambda mode=True: contextlib.nullcontext())
+    seen.clear()
+    without = _short_trial(algo, env, overrides)
+    assert seen["infer"] == {False}
+    params, params_off = with_mode[0], without[0]
+    assert params.keys() == params_off.keys() and all(torch.equal(params[k], params_off[k]) for k in params)
+    assert with_mode[1:] == without[1:]
+
+
+def test_kernel_buffers_stay_usable_outside_inference_mode():
+    """Buffers the kernel keeps across calls are normal tensors even when made under inference mode, so the same
+    kernel runs outside it afterwards (``suite profile speed`` times the network alone between training iterations)."""
+    from suite.algorithms.fused import kernel_mode
+
+    _, policy = _policy(CARTPOLE)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    obs, actions = torch.randn(256, 4), torch.randint(0, 2, (256,))
+
+    def step():
+        _, _, values, state = kernel.evaluate(obs, actions)
+        kernel.backward(state, np.ones(256, dtype=np.float32), None, values)
+        return kernel.sample(kernel.infer(obs[:8])[0])[0], flat.grad.clone()
+
+    torch.manual_seed(5)
+    with kernel_mode():
+        inside = step()
+    torch.manual_seed(5)
+    outside = step()  # would raise on an inference tensor written in place
+    assert torch.equal(inside[0], outside[0]) and torch.equal(inside[1], outside[1])

@@ -31,7 +31,15 @@ from suite.algorithms.core import (
     net_config,
     resolve_obs_storage_dtype,
 )
-from suite.algorithms.fused import HeadState, fast_clip, fast_mean, fast_normalize, kernel_for, parameter_order
+from suite.algorithms.fused import (
+    HeadState,
+    fast_clip,
+    fast_mean,
+    fast_normalize,
+    in_kernel_mode,
+    kernel_for,
+    parameter_order,
+)
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 
@@ -234,6 +242,7 @@ class ActorCriticTrainer:
         raise NotImplementedError
 
     # -- one update --------------------------------------------------------------------------------------
+    @in_kernel_mode(lambda self: self.fused)
     def update(self, rollout: Rollout, adv: np.ndarray, ret: np.ndarray, progress: float) -> dict[str, float]:
         """Epochs of minibatch steps on ``rollout`` with advantages ``adv`` and value targets ``ret`` (T, N[, H]).
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel
+from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel, in_kernel_mode
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule
 from suite.envs import final_observations, finished_episodes
@@ -423,6 +423,7 @@ class RolloutCollector:
         with torch.no_grad():
             return self.policy.values(x).numpy()
 
+    @in_kernel_mode(lambda self: self.kernel is not None)
     def collect(self, max_samples: int | None = None) -> Rollout:
         """Fill the buffers with ``n_steps`` steps of every env (fewer when ``max_samples``, the budget left, is
         smaller: ``ceil(max_samples / n_envs)`` steps) and return them as a :class:`Rollout` (views of the buffers)."""

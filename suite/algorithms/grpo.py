@@ -54,7 +54,7 @@ from suite.algorithms.core import (
     micro_batches,
     net_config,
 )
-from suite.algorithms.fused import PolicyKernel, kernel_for
+from suite.algorithms.fused import PolicyKernel, in_kernel_mode, kernel_for
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
 from suite.envs import episode_limit, finished_episodes
@@ -373,6 +373,7 @@ class EpisodeGroupCollector:
         self.clock: Any = None
         """An optional lap clock (``suite profile speed``)."""
 
+    @in_kernel_mode(lambda self: self.kernel is not None)
     def collect(self, max_samples: int | None = None) -> EpisodeGroups:
         """Draw K seeds, run G episodes from each, record them in ``ctx`` and advance ``ctx.steps``.
 
@@ -792,6 +793,7 @@ class GRPOTrainer:
             clock.lap("backward")
         return metrics
 
+    @in_kernel_mode(lambda self: self.by_hand)
     def update(
         self, batch: EpisodeGroups, advantages: tuple[np.ndarray, np.ndarray, np.ndarray], progress: float
     ) -> dict[str, float]:

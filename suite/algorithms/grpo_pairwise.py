@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from suite.algorithms.core import Diverged, GradientStepper, attach_clock, net_config
-from suite.algorithms.fused import kernel_for
+from suite.algorithms.fused import in_kernel_mode, kernel_for
 from suite.algorithms.grpo import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
 from suite.config import Schedule
@@ -340,6 +340,7 @@ class PairwiseTrainer:
         }
         return group_var, metrics
 
+    @in_kernel_mode(lambda self: self.kernel is not None and self.cfg.hand_derived)
     def update(self, batch: EpisodeBatch, progress: float) -> dict[str, float]:
         lr = self.stepper.begin_update(progress)
         sums: dict[str, float] = {}

@@ -362,7 +362,9 @@ class InterleavedLimit:
 def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int, int], now: Any) -> tuple[float, str]:
     """Seconds for ``inference = (calls, batch)`` forwards and ``training = (steps, batch)`` forward + backward +
     optimiser steps of the trainer's network on random inputs, by the path training used. Returns (s, path)."""
-    policy, stepper = trainer.policy, trainer.stepper
+    from suite.algorithms.fused import kernel_mode
+
+    policy = trainer.policy
     kernel = getattr(trainer, "kernel", None) or getattr(getattr(trainer, "collector", None), "kernel", None)
     fused_update = bool(getattr(trainer, "fused", False))
     g = torch.Generator().manual_seed(0)
@@ -383,16 +385,33 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
     hook = getattr(trainer, "network_extra", None)
     extra = hook() if hook is not None else None
     run_extra = extra[1] if extra is not None and fused_update and kernel is not None else None
+    by_hand = fused_update and kernel is not None
     t = now()
-    with torch.no_grad():
+    with kernel_mode() if kernel is not None else torch.no_grad():  # the grad modes training's paths run in
         for _ in range(n_inf):
             if kernel is not None:
                 kernel.infer(x_inf)
             else:
                 policy(x_inf)
+    with kernel_mode(by_hand):
+        _train_steps(trainer, kernel if by_hand else None, x_train, actions, n_train, run_extra)
+    elapsed = now() - t
+    path = "hand-derived kernel" if by_hand else "modules + autograd"
+    if kernel is not None and not fused_update:
+        path += " (kernel inference)"
+    if extra is not None:
+        path += f" + {extra[0]}" if run_extra is not None else f"; without the loss's {extra[0]}"
+    return elapsed, path
+
+
+def _train_steps(
+    trainer: Any, kernel: Any, x_train: torch.Tensor, actions: torch.Tensor, n_train: int, run_extra: Any
+) -> None:
+    """``n_train`` forward + backward + optimiser steps on ``x_train``: by the kernel (not None) or by autograd."""
+    policy, stepper = trainer.policy, trainer.stepper
     for _ in range(n_train):
         stepper.zero_grad()
-        if fused_update and kernel is not None:
+        if kernel is not None:
             logp, ent, values, state = kernel.evaluate(x_train, actions)
             dv = None if values is None else np.ones_like(values)
             kernel.backward(state, np.ones_like(logp), None, dv)
@@ -402,13 +421,6 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
             params, values = policy(x_train)
             (params.sum() + (values.sum() if values is not None else 0.0)).backward()
         stepper.apply()
-    elapsed = now() - t
-    path = "hand-derived kernel" if fused_update and kernel is not None else "modules + autograd"
-    if kernel is not None and not fused_update:
-        path += " (kernel inference)"
-    if extra is not None:
-        path += f" + {extra[0]}" if run_extra is not None else f"; without the loss's {extra[0]}"
-    return elapsed, path
 
 
 def _network_flops(trainer: Any, inference: tuple[int, int], training: tuple[int, int]) -> tuple[int, int]:
