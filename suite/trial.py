@@ -205,10 +205,11 @@ def evaluate_policy(
         done = np.zeros(n, dtype=bool)
         while not done.all():
             obs, _, _, _, info = envs.step(predict(obs))
-            mask, ret, length = finished_episodes(info, n)
-            new = mask & ~done
-            returns[new], lengths[new] = ret[new], length[new]
-            done |= mask
+            if info.get("final_info"):  # some episode ended (most steps end none: skip the bookkeeping)
+                mask, ret, length = finished_episodes(info, n)
+                new = mask & ~done
+                returns[new], lengths[new] = ret[new], length[new]
+                done |= mask
             if tick is not None:
                 tick()
         return returns, lengths
