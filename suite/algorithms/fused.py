@@ -65,7 +65,7 @@ def in_kernel_mode(when: Callable[[Any], bool]) -> Callable[[Callable[..., T]], 
     def decorate(method: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(method)
         def run(self: Any, *args: Any, **kwargs: Any) -> T:
-            with torch.inference_mode(when(self)):
+            with kernel_mode(when(self)):
                 return method(self, *args, **kwargs)
 
         return run
