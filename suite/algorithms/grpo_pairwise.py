@@ -214,6 +214,8 @@ class PairwiseTrainer:
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
         self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference and (hand_derived) update
+        self.by_hand = self.kernel is not None and cfg.hand_derived
+        """Whether the update takes its derivatives by hand (else autograd on the same flat parameters)."""
         self.collector = EpisodeGroupCollector(
             ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap, kernel=self.kernel
         )
@@ -340,15 +342,14 @@ class PairwiseTrainer:
         }
         return group_var, metrics
 
-    @in_kernel_mode(lambda self: self.kernel is not None and self.cfg.hand_derived)
+    @in_kernel_mode(lambda self: self.by_hand)
     def update(self, batch: EpisodeBatch, progress: float) -> dict[str, float]:
         lr = self.stepper.begin_update(progress)
         sums: dict[str, float] = {}
         group_vars = []
         clock = self.clock
-        by_hand = self.kernel is not None and self.cfg.hand_derived
         for _ in range(self.cfg.n_epochs):
-            group_var, metrics = self.hand_derived_step(batch) if by_hand else self.autograd_step(batch)
+            group_var, metrics = self.hand_derived_step(batch) if self.by_hand else self.autograd_step(batch)
             group_vars.append(group_var)
             if clock is not None:
                 clock.lap("backward")
