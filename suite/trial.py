@@ -357,8 +357,10 @@ class TrialContext:
     def evaluate(self, agent: Agent, final: bool) -> dict[str, Any]:
         with self.phase("eval"):
             progress, steps = self._progress, self.steps
+            make = getattr(agent, "predictor", None)  # the suite's policies: one plan per evaluation
+            predict = make(True) if make is not None else (lambda o: agent.predict(o, deterministic=True))
             returns, lengths = evaluate_policy(
-                lambda o: agent.predict(o, deterministic=True), self.env_id, self.env_kwargs, self._eval_seeds,
+                predict, self.env_id, self.env_kwargs, self._eval_seeds,
                 tick=None if progress is None else (lambda: progress(steps)),
             )  # fmt: skip
         row = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -136,3 +137,41 @@ def test_nature_cnn_gives_autograds_numbers_for_two_minibatches_in_a_row() -> No
             assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
         with torch.no_grad():
             assert torch.equal(lean(frames), ref)
+
+
+@pytest.mark.parametrize(
+    ("action_space", "cfg"),
+    [
+        (gym.spaces.Discrete(3), networks.NetConfig()),
+        (gym.spaces.Discrete(5), networks.NetConfig(activation="relu", normalize_obs=True, pi_arch=(32,))),
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), networks.NetConfig(log_std_init=-0.5)),
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), networks.NetConfig(action_dist="beta")),
+    ],
+    ids=["categorical-tanh", "categorical-relu-normalised", "gaussian", "beta"],
+)
+def test_predictor_gives_predicts_actions_and_follows_in_place_updates(action_space, cfg) -> None:
+    torch.manual_seed(0)
+    policy = networks.ActorCritic(gym.spaces.Box(-5.0, 5.0, (4,), np.float32), action_space, cfg)
+    if policy.obs_rms is not None:
+        policy.obs_rms.update(torch.randn(16, 4) * 3 + 1)
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((10, 4)).astype(np.float32)
+    predict = policy.predictor(True)
+    np.testing.assert_array_equal(predict(obs), policy.predict(obs, deterministic=True))
+    with torch.no_grad():  # an optimiser step: parameters change in place, the predictor sees it
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    expected = policy.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(predict(obs), expected)
+    torch.manual_seed(1)
+    sampled = policy.predict(obs, deterministic=False)
+    torch.manual_seed(1)
+    np.testing.assert_array_equal(policy.predictor(False)(obs), sampled)  # the same random stream
+
+
+def test_predictor_of_an_image_policy_is_its_predict() -> None:
+    torch.manual_seed(0)
+    cfg = networks.NetConfig(pi_arch=(), vf_arch=())
+    policy = networks.ActorCritic(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6), cfg)
+    obs = np.random.default_rng(0).integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    np.testing.assert_array_equal(policy.predictor(True)(obs), policy.predict(obs, deterministic=True))

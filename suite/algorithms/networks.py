@@ -12,6 +12,7 @@ Shapes: ``B`` is a batch of observations, ``A`` the action dimension (continuous
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,38 @@ def mlp(sizes: list[int], activation: type[nn.Module], ortho: bool, out_gain: fl
         if not last:
             layers.append(activation())
     return nn.Sequential(*layers)
+
+
+def _mlp_plan(seq: nn.Module) -> list[tuple[str, Any, Any]]:
+    """The layers of an ``nn.Sequential`` as :func:`_run_mlp_plan` runs them: ``("linear", bias, W^T)`` (detached
+    views of the parameters, so in-place updates show through), ``("tanh" | "relu", None, None)`` or ``("module",
+    m, None)`` for anything else."""
+    plan: list[tuple[str, Any, Any]] = []
+    for m in seq.children():
+        if isinstance(m, nn.Linear):
+            plan.append(("linear", m.bias.detach(), m.weight.detach().t()))
+        elif isinstance(m, nn.Tanh):
+            plan.append(("tanh", None, None))
+        elif isinstance(m, nn.ReLU):
+            plan.append(("relu", None, None))
+        else:
+            plan.append(("module", m, None))
+    return plan
+
+
+def _run_mlp_plan(plan: list[tuple[str, Any, Any]], x: torch.Tensor) -> torch.Tensor:
+    """:func:`_mlp_no_grad` on a plan made once: the same calls, without walking the modules and looking up their
+    parameters at every call (23 -> 14 us for a 64 x 64 CartPole policy on 10 rows)."""
+    for kind, a, b in plan:
+        if kind == "linear":
+            x = torch.addmm(a, x, b)
+        elif kind == "tanh":
+            x = x.tanh_()
+        elif kind == "relu":
+            x = x.relu_()
+        else:
+            x = a(x)
+    return x
 
 
 def _mlp_no_grad(seq: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -425,3 +458,20 @@ class ActorCritic(nn.Module):
             params = self.policy_params(x) if self.image else _mlp_no_grad(self.pi, x)
             a = self.head.mode(params, self.log_std) if deterministic else self.head.sample(params, self.log_std)
             return self.head.to_env(a.numpy())
+
+    def predictor(self, deterministic: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        """:meth:`predict` as a function of the observations, for many calls in a row (an evaluation): an MLP
+        policy's layers are looked up once (:func:`_mlp_plan`), the same calls and numbers as :meth:`predict`.
+        The plan holds views of the parameters as they are stored now: make a new predictor after anything that
+        replaces them (``.to()``, re-packing); in-place updates (optimiser steps, ``load_state_dict``) show through."""
+        if self.image:
+            return lambda obs: self.predict(obs, deterministic)
+        plan, prepare, head, log_std = _mlp_plan(self.pi), self.prepare_obs, self.head, self.log_std
+
+        def run(obs: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                params = _run_mlp_plan(plan, prepare(obs))
+                a = head.mode(params, log_std) if deterministic else head.sample(params, log_std)
+                return head.to_env(a.numpy())
+
+        return run
