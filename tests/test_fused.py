@@ -112,6 +112,46 @@ def test_twin_kernel_matches_two_separate_mlps():
         torch.testing.assert_close(params, policy.pi(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # twin tanh MLPs
+        {"activation": "relu"},  # twin ReLU MLPs
+        {"pi_arch": (32,), "vf_arch": (64, 64)},  # two separate kernels
+    ],
+)
+def test_rollout_inference_writes_into_kept_buffers_with_the_forwards_values(overrides):
+    """``infer`` (a rollout step's forward, outputs written into buffers kept per batch size and grad mode) gives the
+    values of ``_forward(keep=False)`` bit for bit, at small and large batches (the doubled tanh form above
+    SMALL_BATCH), inside and outside inference mode, and after in-place parameter updates; a second call with as
+    many rows writes over the first one's results (the documented contract), one with another batch size does not."""
+    from suite.algorithms.fused import SMALL_BATCH, kernel_mode
+
+    _, policy = _policy(CARTPOLE, **overrides)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    assert (kernel.twin is not None) == ("pi_arch" not in overrides)
+    g = torch.Generator().manual_seed(3)
+    for mode in (True, False, True):
+        with kernel_mode(mode):
+            for B in (8, SMALL_BATCH + 36, 8):
+                x = torch.randn(B, 4, generator=g)
+                ref = kernel._forward(x, False, True)
+                params, values = kernel.infer(x)
+                assert torch.equal(params, ref[0]) and torch.equal(values, ref[1])
+                if mode:
+                    assert params.is_inference()
+        with torch.no_grad():
+            flat.data.add_(0.01 * torch.randn(flat.data.shape, generator=g))  # an optimiser step, in place
+    with kernel_mode():
+        first = kernel.infer(torch.randn(8, 4, generator=g))
+        kept = first[0].clone()
+        other = kernel.infer(torch.randn(16, 4, generator=g))  # another batch size: other buffers
+        assert torch.equal(first[0], kept) and other[0].data_ptr() != first[0].data_ptr()
+        second = kernel.infer(torch.randn(8, 4, generator=g))
+        assert second[0].data_ptr() == first[0].data_ptr() and not torch.equal(first[0], kept)
+
+
 def test_kernel_sampling_is_the_heads_draw_bit_for_bit_and_a_subclassed_head_keeps_its_own():
     """The kernel's categorical sampling (its noise drawn into a kept buffer, the chosen log-probs picked in numpy)
     gives the actions and log-probs of ``head.sample`` on the log-probs plus torch's gather, from the same random

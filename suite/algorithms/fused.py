@@ -81,6 +81,18 @@ def _normal_empty(shape: Any) -> torch.Tensor:
         return torch.empty(shape)
 
 
+def _kept_buffers(cache: dict[Any, T], key: Any, make: Callable[[], T]) -> T:
+    """Output buffers kept in ``cache`` under ``key`` and the grad mode, made by ``make()`` the first time: under
+    :func:`kernel_mode` as inference tensors (written without version counters or view tracking: ~4 us less per
+    rollout inference of 8 rows than normal tensors, AVX-512 EPYC, 2026-12-05), outside it as normal tensors (an
+    inference tensor cannot be written there)."""
+    mode = torch.is_inference_mode_enabled()
+    bufs = cache.get((key, mode))
+    if bufs is None:
+        bufs = cache[(key, mode)] = make()
+    return bufs
+
+
 _tanh_backward = torch.ops.aten.tanh_backward.default
 _threshold_backward = torch.ops.aten.threshold_backward.default
 _tanh_backward_out = torch.ops.aten.tanh_backward.grad_input
@@ -202,6 +214,8 @@ class MLPKernel:
         self._wt = [w.t() for w, _, _, _ in self.layers]
         """``W^T`` of every layer: views of the flat parameters, made once (a view costs a call per forward)."""
         self._inputs: list[torch.Tensor] = []
+        self._infer_plans: dict[Any, tuple[list[Any], Any, tuple[Any, ...]]] = {}
+        """:meth:`infer`'s layers and output buffers by batch size (:meth:`_plan`, :func:`_kept_buffers`)."""
 
     def forward(self, x: torch.Tensor, keep: bool = True) -> torch.Tensor:
         """``x: (B, in)`` -> ``(B, out)``; ``keep`` stores each layer's input for :meth:`backward`."""
@@ -220,6 +234,27 @@ class MLPKernel:
         if keep:
             self._inputs = inputs
         return h
+
+    def infer(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` with ``keep=False``, every layer's output written into a buffer kept for ``x``'s batch size
+        (see :meth:`PolicyKernel.infer`): the same calls and values without a new tensor per layer. The result is
+        overwritten by the next call with as many rows."""
+        hidden, act, (b_out, wt_out, out) = _kept_buffers(self._infer_plans, x.shape[0], lambda: self._plan(x.shape[0]))
+        h = x
+        if act is None:  # 2 sigmoid(2z) - 1 (see the class docstring)
+            for b, wt, buf in hidden:
+                h = _hidden_act(torch.addmm(b, h, wt, beta=2, alpha=2, out=buf), True, True)
+        else:
+            for b, wt, buf in hidden:
+                h = act(torch.addmm(b, h, wt, out=buf))
+        return torch.addmm(b_out, h, wt_out, out=out)
+
+    def _plan(self, B: int) -> tuple[list[Any], Any, tuple[Any, ...]]:
+        """:meth:`infer`'s layers for ``B`` rows: ``(bias, W^T, output buffer)`` per hidden layer, the activation in
+        place (None: the doubled sigmoid form) and the output layer's ``(bias, W^T, output buffer)``."""
+        layers = [(b, wt, torch.empty(B, wt.shape[1])) for (_, b, _, _), wt in zip(self.layers, self._wt, strict=True)]
+        act = None if self.tanh and B > SMALL_BATCH else (torch.Tensor.tanh_ if self.tanh else torch.Tensor.relu_)
+        return layers[:-1], act, layers[-1]
 
     def backward(self, dout: torch.Tensor, accumulate: bool = False, input_grad: bool = False) -> torch.Tensor | None:
         """Backpropagate ``dout = dL/d output (B, out)`` through the last :meth:`forward` (``keep=True``).
@@ -294,6 +329,8 @@ class TwinMLPKernel:
         self._wt_out = [w.t() for w, _, _, _ in self.out]
         """``W^T`` of every layer, views of the flat parameters made once (see :class:`MLPKernel`)."""
         self._acts: list[torch.Tensor] = []
+        self._infer_plans: dict[Any, tuple[list[Any], Any, tuple[Any, ...], tuple[Any, ...]]] = {}
+        """:meth:`infer`'s layers and output buffers by batch size (:meth:`_plan`, :func:`_kept_buffers`)."""
         self._grad_bufs: dict[torch.Size, tuple[torch.Tensor, torch.Tensor]] = {}
         """Two ``(2, B, width)`` buffers per activation shape for the backward's ``dL/dh`` (alternating: one layer's is
         the input of the next one's), reused from step to step instead of new ones per layer."""
@@ -314,6 +351,30 @@ class TwinMLPKernel:
         (_, bp, _, _), (_, bv, _, _) = self.out
         wpt, wvt = self._wt_out
         return torch.addmm(bp, h[0], wpt), torch.addmm(bv, h[1], wvt)
+
+    def infer(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` with ``keep=False``, every output written into a buffer kept for ``x``'s batch size (see
+        :meth:`PolicyKernel.infer`). The results are overwritten by the next call with as many rows."""
+        B = x.shape[0]
+        hidden, act, (bp, wpt, params), (bv, wvt, values) = _kept_buffers(self._infer_plans, B, lambda: self._plan(B))
+        h = x.expand(2, *x.shape)
+        if act is None:  # 2 sigmoid(2z) - 1, see MLPKernel
+            for b, wt, out in hidden:
+                h = _hidden_act(torch.baddbmm(b, h, wt, beta=2, alpha=2, out=out), True, True)
+        else:
+            for b, wt, out in hidden:
+                h = act(torch.baddbmm(b, h, wt, out=out))
+        return torch.addmm(bp, h[0], wpt, out=params), torch.addmm(bv, h[1], wvt, out=values)
+
+    def _plan(self, B: int) -> tuple[list[Any], Any, tuple[Any, ...], tuple[Any, ...]]:
+        """:meth:`infer`'s layers for ``B`` rows: ``(bias, W^T, output buffer)`` per hidden layer, the activation in
+        place (None: the doubled sigmoid form), and the two output layers' ``(bias, W^T, output buffer)``."""
+        pairs = zip(self.hidden, self._wt_hidden, strict=True)
+        hidden = [(b, wt, torch.empty(2, B, wt.shape[2])) for (_, b, _, _), wt in pairs]
+        act = None if self.tanh and B > SMALL_BATCH else (torch.Tensor.tanh_ if self.tanh else torch.Tensor.relu_)
+        (_, bp, _, _), (_, bv, _, _) = self.out
+        wpt, wvt = self._wt_out
+        return hidden, act, (bp, wpt, torch.empty(B, wpt.shape[1])), (bv, wvt, torch.empty(B, wvt.shape[1]))
 
     def backward(self, dparams: torch.Tensor, dvalues: torch.Tensor | None, accumulate: bool = False) -> None:
         """Fill the gradients from ``dL/dparams (B, P)`` and ``dL/dvalues (B, H)`` (None: no value loss)."""
@@ -448,8 +509,9 @@ class PolicyKernel:
         self.log_std_param = policy.log_std
         self.plain_categorical = type(policy.head) is CategoricalHead
         """The suite's own categorical head (not a subclass that may sample otherwise): :meth:`sample` inlines it."""
-        self._noise: dict[torch.Size, torch.Tensor] = {}
-        """Gumbel-max noise buffers by shape (filled anew at every draw: the values depend on the generator only)."""
+        self._noise: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+        """:meth:`sample`'s buffers by shape (:func:`_kept_buffers`): the log-probabilities and the Gumbel-max noise
+        (both filled anew at every draw: the noise's values depend on the generator only)."""
 
     def _forward(self, x: torch.Tensor, keep: bool, with_values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.twin is not None:
@@ -461,8 +523,24 @@ class PolicyKernel:
 
     # -- inference (rollout, evaluation) ----------------------------------------------------------------
     def infer(self, x: torch.Tensor, with_values: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(policy params (B, P), values (B, H) or None)`` without keeping activations."""
-        return self._forward(x, False, with_values)
+        """``(policy params (B, P), values (B, H) or None)`` without keeping activations, for a rollout step: every
+        layer writes into an output buffer kept for the batch size (:meth:`MLPKernel.infer`, :meth:`TwinMLPKernel.
+        infer`), so **the results are overwritten by the next call with as many rows**; the rollout collectors use
+        them (sampling, storing into their buffers) before their next step.
+
+        Why: the same calls and values as :meth:`_forward`, without a new tensor per layer (with :meth:`sample`'s
+        buffers, ~7 allocations fewer of a rollout inference's ~12 small calls). The rollout phase of a 100k-step
+        CartPole-v1 trial, medians of three (AVX-512 EPYC, 2026-12-05, scratch ``trialab.py``): ``ppo`` 1.424 ->
+        1.319 s, ``grpo`` 1.265 -> 1.197 s, ``grpo-pairwise`` 1.832 -> 1.684 s; ``ppo`` on TextMatch-v0 (30k steps, two
+        seeds) 0.818 -> 0.762 s. The 29 hashed trials of the speed log (parameters, metrics, evaluations) are
+        identical.
+        """
+        if self.twin is not None:
+            return self.twin.infer(x)
+        assert self.pi is not None
+        params = self.pi.infer(x)
+        values = self.vf.infer(x) if (with_values and self.vf is not None) else None
+        return params, values
 
     def sample(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(actions, log-probs (B,))`` drawn like the head's ``sample`` (same random stream)."""
@@ -470,13 +548,14 @@ class PolicyKernel:
             actions = params + torch.randn_like(params) * self.log_std.exp()
             z = (actions - params).mul_(torch.exp(-self.log_std))  # as evaluate() computes it
             return actions, z.square_().mul_(-0.5).sub_(self.log_std).sub_(0.5 * LOG_2PI).sum(-1)
-        logp_all = torch.log_softmax(params, -1)
         if self.plain_categorical:  # CategoricalHead.sample's Gumbel-max, its noise drawn into a kept buffer
-            noise = self._noise.get(logp_all.shape)
-            if noise is None:
-                noise = self._noise[logp_all.shape] = _normal_empty(logp_all.shape)
-            actions = torch.argmax(logp_all - noise.exponential_().log_(), dim=-1)
+            shape = params.shape
+            logp_all, noise = _kept_buffers(self._noise, shape, lambda: (torch.empty(shape), torch.empty(shape)))
+            torch.log_softmax(params, -1, out=logp_all)
+            # logp_all - log(noise), written over the noise (elementwise: the same values as a new tensor)
+            actions = torch.argmax(torch.sub(logp_all, noise.exponential_().log_(), out=noise), dim=-1)
         else:
+            logp_all = torch.log_softmax(params, -1)
             actions = self.policy.head.sample(logp_all, None)  # Gumbel-max (on log-probs: the same argmax as on logits)
         # the chosen log-probs picked in numpy: the same values as torch's gather, one call instead of three
         return actions, torch.from_numpy(logp_all.numpy()[_rows(actions.shape[0]), actions.numpy()])
