@@ -268,6 +268,40 @@ def test_fast_normalize_and_fast_clip_are_the_numpy_formulas_bitwise():
         assert clipped.dtype == np.clip(r, lo, hi).dtype and clipped.tobytes() == np.clip(r, lo, hi).tobytes()
 
 
+def test_normalising_many_minibatches_at_once_is_each_one_alone_bitwise():
+    """``fast_normalize_rows`` equals ``fast_normalize`` of each row (float32/float64, widths 2 to 600, a strided
+    column's rows), and an update's prepared block gets the advantages ``_micro_batches`` computes for each minibatch
+    alone, with epochs that end in a shorter minibatch and with minibatches of one sample."""
+    import types
+
+    from suite.algorithms.actor_critic import ActorCriticTrainer
+    from suite.algorithms.fused import fast_normalize, fast_normalize_rows
+
+    rng = np.random.default_rng(2)
+    for trial in range(600):
+        m, b = int(rng.integers(1, 40)), int(rng.integers(2, 600))
+        dtype = (np.float32, np.float64)[trial % 2]
+        scale = 10 ** rng.uniform(-4, 3)
+        table = (rng.standard_normal((m * b, 3)) * scale + rng.uniform(-3, 3) * scale).astype(dtype)
+        col = table[:, 1]
+        got = fast_normalize_rows(col.reshape(m, b), 1e-8)
+        for i in range(m):
+            want = fast_normalize(col[i * b : (i + 1) * b], 1e-8)
+            assert got[i].dtype == want.dtype and got[i].tobytes() == want.tobytes()
+
+    for n, bs, epochs in ((256, 64, 4), (300, 64, 3), (10, 3, 2), (5, 1, 2), (7, 7, 1)):
+        trainer = types.SimpleNamespace(
+            cfg=types.SimpleNamespace(batch_size=bs, normalize_advantage=True, grad_accumulation=1)
+        )
+        rows = rng.standard_normal((n * epochs, 6)).astype(np.float32)
+        table = types.SimpleNamespace(advantages=lambda r: r[:, 1])
+        bounds = [(lo, min(lo + bs, end)) for end in range(n, (epochs + 1) * n, n) for lo in range(end - n, end, bs)]
+        adv = ActorCriticTrainer._block_advantages(trainer, table, rows, bounds)
+        for lo, hi in bounds:
+            alone = fast_normalize(rows[lo:hi, 1], 1e-8) if hi - lo > 1 else rows[lo:hi, 1]
+            assert adv[lo:hi].tobytes() == alone.tobytes()
+
+
 def test_the_sigmoid_form_in_one_call_equals_mul_then_sub():
     """``_hidden_act``'s ``2 s - 1`` as one ``add(-1, s, alpha=2)`` equals ``s.mul_(2).sub_(1)`` bit for bit (2 s is
     exact, so both round once), on every sigmoid value range including subnormal-small ones."""

@@ -36,6 +36,7 @@ from suite.algorithms.fused import (
     fast_clip,
     fast_mean,
     fast_normalize,
+    fast_normalize_rows,
     in_kernel_mode,
     kernel_for,
     parameter_order,
@@ -339,11 +340,9 @@ class ActorCriticTrainer:
                 continue
             order = np.concatenate(perms) if len(perms) > 1 else perms[0]
             rows = table.gather(order)
-            block = [
-                list(self._micro_batches(table, extra, order[lo : min(lo + bs, end)], rows[lo : min(lo + bs, end)]))
-                for end in range(n, (len(perms) + 1) * n, n)
-                for lo in range(end - n, end, bs)
-            ]
+            bounds = [(lo, min(lo + bs, end)) for end in range(n, (len(perms) + 1) * n, n) for lo in range(end - n, end, bs)]
+            adv = self._block_advantages(table, rows, bounds)
+            block = [list(self._micro_batches(table, extra, order[lo:hi], rows[lo:hi], adv[lo:hi])) for lo, hi in bounds]
             if clock is not None:
                 clock.lap("minibatch")
             yield from block
@@ -355,19 +354,46 @@ class ActorCriticTrainer:
                 self.clock.lap("minibatch")
             yield mb
 
+    def _block_advantages(self, table: SampleTable, rows: np.ndarray, bounds: list[tuple[int, int]]) -> np.ndarray:
+        """The advantages of a prepared block's ``rows``, each minibatch (``bounds``: its rows ``lo:hi``) normalised
+        as :meth:`_micro_batches` normalises one alone, bit for bit; the minibatches of ``batch_size`` rows in one
+        :func:`fast_normalize_rows` (~5 us a minibatch instead of ~6 calls of ~1 us)."""
+        adv = np.ascontiguousarray(table.advantages(rows))
+        bs = self.cfg.batch_size
+        if not self.cfg.normalize_advantage or bs < 2:
+            return adv
+        if all(hi - lo == bs for lo, hi in bounds):  # the minibatches tile the block
+            return fast_normalize_rows(adv.reshape(-1, bs), 1e-8).reshape(-1)
+        out = np.empty_like(adv)
+        starts = np.array([lo for lo, hi in bounds if hi - lo == bs], dtype=np.intp)
+        if starts.size:
+            at = starts[:, None] + np.arange(bs)
+            out[at] = fast_normalize_rows(adv[at], 1e-8)
+        for lo, hi in bounds:
+            if hi - lo < bs:  # an epoch's last, shorter minibatch
+                out[lo:hi] = fast_normalize(adv[lo:hi], 1e-8) if hi - lo > 1 else adv[lo:hi]
+        return out
+
     def _micro_batches(
-        self, table: SampleTable, extra: dict[str, torch.Tensor], idx: np.ndarray, rows: np.ndarray
+        self,
+        table: SampleTable,
+        extra: dict[str, torch.Tensor],
+        idx: np.ndarray,
+        rows: np.ndarray,
+        advantages: np.ndarray | None = None,
     ) -> Iterator[Minibatch]:
-        """The micro-batches of one minibatch (the samples ``idx``, their table ``rows``), each made when it is
-        asked for: observations stored apart (frames) are gathered one micro-batch at a time, so a step holds one
-        micro-batch of them, not all of its minibatch's."""
+        """The micro-batches of one minibatch (the samples ``idx``, their table ``rows``; ``advantages``: theirs,
+        already normalised, or None to normalise them here), each made when it is asked for: observations stored
+        apart (frames) are gathered one micro-batch at a time, so a step holds one micro-batch of them, not all of
+        its minibatch's."""
         cfg = self.cfg
         b, k = idx.shape[0], cfg.grad_accumulation
-        mb_adv = table.advantages(rows)
-        if cfg.normalize_advantage and b > 1:
-            mb_adv = fast_normalize(mb_adv, 1e-8)  # (a - mean) / (std(ddof=1) + 1e-8)
+        if advantages is not None:
+            mb_adv = advantages
+        elif cfg.normalize_advantage and b > 1:
+            mb_adv = fast_normalize(table.advantages(rows), 1e-8)  # (a - mean) / (std(ddof=1) + 1e-8)
         else:
-            mb_adv = np.ascontiguousarray(mb_adv)
+            mb_adv = np.ascontiguousarray(table.advantages(rows))
         for lo, hi in [(0, b)] if k == 1 else micro_batches(b, k):
             part = idx[lo:hi]
             mb = table.minibatch(rows[lo:hi], part, mb_adv[lo:hi], (hi - lo) / b)

@@ -477,6 +477,19 @@ def fast_normalize(a: np.ndarray, eps: float) -> np.ndarray:
     return x / (_std_from_squares(x * x, a.size - 1) + eps)
 
 
+def fast_normalize_rows(a: np.ndarray, eps: float) -> np.ndarray:
+    """:func:`fast_normalize` of every row of a float array ``(m, b)``, ``b > 1``, bitwise, in one set of calls for
+    all rows: numpy sums each row of a contiguous array along its last axis as it sums the row alone (the same
+    pairwise loop), and the divisions in float64 cast back to ``a``'s dtype are :func:`fast_mean`'s. An update's 20
+    minibatches of 256 advantages: ~114 -> ~18 us (AVX-512 EPYC, 2026-12-05)."""
+    a = np.ascontiguousarray(a)
+    b = a.shape[1]
+    mean = (_add_reduce(a, axis=1).astype(np.float64) / b).astype(a.dtype)
+    x = a - mean[:, None]
+    std = np.sqrt((_add_reduce(x * x, axis=1).astype(np.float64) / (b - 1)).astype(a.dtype))
+    return x / (std + eps)[:, None]
+
+
 # -- heads ------------------------------------------------------------------------------------------------
 @dataclass
 class HeadState:
