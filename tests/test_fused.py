@@ -122,7 +122,7 @@ def test_twin_kernel_matches_two_separate_mlps():
 )
 def test_rollout_inference_writes_into_kept_buffers_with_the_forwards_values(overrides):
     """``infer`` (a rollout step's forward, outputs written into buffers kept per batch size and grad mode) gives the
-    values of ``_forward(keep=False)`` bit for bit, at small and large batches (the doubled tanh form above
+    values of the forward (``_forward``) bit for bit, at small and large batches (the doubled tanh form above
     SMALL_BATCH), inside and outside inference mode, and after in-place parameter updates; a second call with as
     many rows writes over the first one's results (the documented contract), one with another batch size does not."""
     from suite.algorithms.fused import SMALL_BATCH, kernel_mode
@@ -136,7 +136,7 @@ def test_rollout_inference_writes_into_kept_buffers_with_the_forwards_values(ove
         with kernel_mode(mode):
             for B in (8, SMALL_BATCH + 36, 8):
                 x = torch.randn(B, 4, generator=g)
-                ref = kernel._forward(x, False, True)
+                ref = kernel._forward(x, True)
                 params, values = kernel.infer(x)
                 assert torch.equal(params, ref[0]) and torch.equal(values, ref[1])
                 if mode:

@@ -217,8 +217,9 @@ class MLPKernel:
         self._infer_plans: dict[Any, tuple[list[Any], Any, tuple[Any, ...]]] = {}
         """:meth:`infer`'s layers and output buffers by batch size (:meth:`_plan`, :func:`_kept_buffers`)."""
 
-    def forward(self, x: torch.Tensor, keep: bool = True) -> torch.Tensor:
-        """``x: (B, in)`` -> ``(B, out)``; ``keep`` stores each layer's input for :meth:`backward`."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (B, in)`` -> ``(B, out)``, storing each layer's input for :meth:`backward` (a rollout step's forward,
+        which keeps nothing, is :meth:`infer`)."""
         inputs = []
         h = x
         last = len(self.layers) - 1
@@ -231,12 +232,11 @@ class MLPKernel:
                 h = _hidden_act(torch.addmm(b, h, wt, beta=2, alpha=2), True, True)
             else:
                 h = _hidden_act(torch.addmm(b, h, wt), self.tanh, False)
-        if keep:
-            self._inputs = inputs
+        self._inputs = inputs
         return h
 
     def infer(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` with ``keep=False``, every layer's output written into a buffer kept for ``x``'s batch size
+        """:meth:`forward` without keeping the inputs, every layer's output written into a buffer kept for ``x``'s batch size
         (see :meth:`PolicyKernel.infer`): the same calls and values without a new tensor per layer. The result is
         overwritten by the next call with as many rows."""
         hidden, act, (b_out, wt_out, out) = _kept_buffers(self._infer_plans, x.shape[0], lambda: self._plan(x.shape[0]))
@@ -257,7 +257,7 @@ class MLPKernel:
         return layers[:-1], act, layers[-1]
 
     def backward(self, dout: torch.Tensor, accumulate: bool = False, input_grad: bool = False) -> torch.Tensor | None:
-        """Backpropagate ``dout = dL/d output (B, out)`` through the last :meth:`forward` (``keep=True``).
+        """Backpropagate ``dout = dL/d output (B, out)`` through the last :meth:`forward`.
 
         Args:
             accumulate: add to the parameters' gradients (micro-batches) instead of overwriting them.
@@ -335,8 +335,8 @@ class TwinMLPKernel:
         """Two ``(2, B, width)`` buffers per activation shape for the backward's ``dL/dh`` (alternating: one layer's is
         the input of the next one's), reused from step to step instead of new ones per layer."""
 
-    def forward(self, x: torch.Tensor, keep: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x (B, in)`` -> ``(policy params (B, P), values (B, H))``."""
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x (B, in)`` -> ``(policy params (B, P), values (B, H))``, keeping the activations for :meth:`backward`."""
         h = x.expand(2, *x.shape)
         acts = [h]
         doubled = self.tanh and x.shape[0] > SMALL_BATCH  # 2 sigmoid(2z) - 1, see MLPKernel
@@ -346,14 +346,13 @@ class TwinMLPKernel:
             else:
                 h = _hidden_act(torch.baddbmm(b, h, wt), self.tanh, False)
             acts.append(h)
-        if keep:
-            self._acts = acts
+        self._acts = acts
         (_, bp, _, _), (_, bv, _, _) = self.out
         wpt, wvt = self._wt_out
         return torch.addmm(bp, h[0], wpt), torch.addmm(bv, h[1], wvt)
 
     def infer(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward` with ``keep=False``, every output written into a buffer kept for ``x``'s batch size (see
+        """:meth:`forward` without keeping the activations, every output written into a buffer kept for ``x``'s batch size (see
         :meth:`PolicyKernel.infer`). The results are overwritten by the next call with as many rows."""
         B = x.shape[0]
         hidden, act, (bp, wpt, params), (bv, wvt, values) = _kept_buffers(self._infer_plans, B, lambda: self._plan(B))
@@ -542,12 +541,13 @@ class PolicyKernel:
         """:meth:`sample`'s buffers by shape (:func:`_kept_buffers`): the log-probabilities and the Gumbel-max noise
         (both filled anew at every draw: the noise's values depend on the generator only)."""
 
-    def _forward(self, x: torch.Tensor, keep: bool, with_values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward(self, x: torch.Tensor, with_values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The networks' forward for :meth:`evaluate`, keeping the activations for :meth:`backward`."""
         if self.twin is not None:
-            return self.twin.forward(x, keep)
+            return self.twin.forward(x)
         assert self.pi is not None
-        params = self.pi.forward(x, keep)
-        values = self.vf.forward(x, keep) if (with_values and self.vf is not None) else None
+        params = self.pi.forward(x)
+        values = self.vf.forward(x) if (with_values and self.vf is not None) else None
         return params, values
 
     # -- inference (rollout, evaluation) ----------------------------------------------------------------
@@ -596,7 +596,7 @@ class PolicyKernel:
         """``(log-probs (B,), entropies (B,), values (B, H) or None, head state)`` as numpy arrays (the head's and
         the loss's arithmetic on these small arrays is numpy's: a call costs a fraction of a torch call's dispatch);
         the networks' activations are kept for :meth:`backward`."""
-        params_t, values_t = self._forward(x, True, need_values)
+        params_t, values_t = self._forward(x, need_values)
         values = None if values_t is None else values_t.numpy()
         B = params_t.shape[0]
         if self.gaussian:
