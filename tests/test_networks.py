@@ -56,6 +56,27 @@ def test_running_mean_std_is_bit_identical_to_the_torch_form(batch: int, feature
         assert torch.equal(out, expected)
 
 
+@pytest.mark.parametrize("batch", [1, 3, 7, 8, 9, 16, 17, 100, 1000, 4096])
+def test_one_feature_path_is_bit_identical_to_the_torch_form(batch: int) -> None:
+    """One feature takes the Python-float path (``_update_scalar`` and the normalisation's twin): torch's full-reduction
+    variance, serial in double, and the same merge and clip, bit for bit, over scales from 1e-4 to 1e4 and offsets far
+    from the mean (the clip hit both ways)."""
+    rng = np.random.default_rng(batch)
+    new, ref = RunningMeanStd((1,)), TorchRunningMeanStd((1,))
+    for step in range(80):
+        scale, offset = 10.0 ** rng.uniform(-4, 4), rng.uniform(-100, 100)
+        x = torch.from_numpy((rng.standard_normal((batch, 1)) * scale + offset).astype(np.float32))
+        if step in (5, 6):
+            x[0, 0] = 1e7 if step == 5 else -1e7
+        new.update(x)
+        ref.update(x)
+        assert torch.equal(new.mean, ref.mean) and torch.equal(new.var, ref.var) and torch.equal(new.count, ref.count)
+        out, expected = new.normalize(x), ref.normalize(x)
+        assert out.dtype == torch.float32 and out.shape == x.shape
+        assert torch.equal(out, expected)
+    assert new.normalize(torch.tensor([[float("nan")]])).isnan().all()
+
+
 def test_running_mean_std_keeps_working_after_a_state_dict_round_trip() -> None:
     rng = np.random.default_rng(0)
     a = RunningMeanStd((5,))

@@ -50,6 +50,11 @@ class NetConfig:
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
+_SERIAL_VAR_MAX = 32768
+"""ATen's ``GRAIN_SIZE``: up to this many elements torch's full-reduction variance runs as one serial loop, whatever
+the thread count (:meth:`RunningMeanStd._update_scalar`)."""
+
+
 class RunningMeanStd(nn.Module):
     """Running mean and variance (parallel algorithm of Chan et al.), kept as buffers so they are saved.
 
@@ -75,6 +80,9 @@ class RunningMeanStd(nn.Module):
         """Fold a batch ``x: (B, *shape)`` into the statistics."""
         x64 = x.numpy().astype(np.float64)
         b_count = x64.shape[0]
+        if self._buffers["mean"].numel() == 1 and 0 < b_count <= _SERIAL_VAR_MAX:  # type: ignore[union-attr]
+            self._update_scalar(x64, b_count)
+            return
         b_mean = np.add.reduce(x64, 0) / b_count  # numpy's mean, summing the rows in order: torch's mean, bit for bit
         b_var = torch.from_numpy(x64).var(0, unbiased=False).numpy()
         mean, var, count = self.mean.numpy(), self.var.numpy(), self.count.item()  # a Python float: IEEE double
@@ -85,10 +93,46 @@ class RunningMeanStd(nn.Module):
         np.divide(m2, tot, out=var)
         self.count.numpy()[...] = tot
 
+    def _update_scalar(self, x64: np.ndarray, b_count: int) -> None:
+        """:meth:`update` for one feature, its ~15 numpy calls on 1-entry arrays as Python floats (IEEE doubles: the
+        same operations in the same order). Torch's variance of a ``(B, 1)`` batch is a full reduction
+        (``std_var_all_cpu``): the mean, then ``sum (x - mean)^2`` in one serial double loop while the batch is at
+        most one parallel grain (:data:`_SERIAL_VAR_MAX`), then ``/ B``: the loop below. ~27 -> ~9 us a call at
+        ``B = 8`` (grpo-pairwise on TextMatch-v0 takes one per rollout step); bit-identical (tested)."""
+        b_mean = float(np.add.reduce(x64, 0)[0]) / b_count  # as update(): numpy's sum, torch's mean
+        s = 0.0
+        for v in x64.ravel().tolist():
+            d = v - b_mean
+            s += d * d
+        b_var = s / b_count
+        buffers = self._buffers  # not nn.Module.__getattr__ (~0.7 us a lookup)
+        mean, var, count_t = buffers["mean"], buffers["var"], buffers["count"]
+        assert mean is not None and var is not None and count_t is not None
+        m, v0, count = mean.item(), var.item(), count_t.item()
+        delta = b_mean - m
+        tot = count + b_count
+        mean.numpy().reshape(-1)[0] = m + delta * b_count / tot
+        var.numpy().reshape(-1)[0] = (v0 * count + b_var * b_count + delta * delta * count * b_count / tot) / tot
+        count_t.numpy()[...] = tot
+
     def normalize(self, x: torch.Tensor, clip: float = 10.0) -> torch.Tensor:
         """``clip((x - mean) / sqrt(var + 1e-8), -clip, clip)`` as float32 (computed in float64)."""
-        std = np.sqrt(self.var.numpy() + 1e-8)
-        y = (x.numpy() - self.mean.numpy()) / std
+        buffers = self._buffers  # not nn.Module.__getattr__ (~0.7 us a lookup)
+        mean, var = buffers["mean"], buffers["var"]
+        assert mean is not None and var is not None
+        if mean.numel() == 1:  # one feature: the same float64 operations on Python floats, ~10 -> ~4 us
+            sd, m = math.sqrt(var.item() + 1e-8), mean.item()
+            ys: list[float] = []
+            for v in x.numpy().ravel().tolist():
+                r: float = (v - m) / sd
+                if r > clip:  # np.minimum / np.maximum; a NaN stays NaN
+                    r = clip
+                elif r < -clip:
+                    r = -clip
+                ys.append(r)
+            return torch.from_numpy(np.array(ys, dtype=np.float64).astype(np.float32).reshape(x.shape))
+        std = np.sqrt(var.numpy() + 1e-8)
+        y = (x.numpy() - mean.numpy()) / std
         np.minimum(y, clip, out=y)
         np.maximum(y, -clip, out=y)
         return torch.from_numpy(y.astype(np.float32))
