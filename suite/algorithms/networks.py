@@ -63,7 +63,8 @@ class RunningMeanStd(nn.Module):
     maths. It is the same IEEE arithmetic, operation for operation, as the torch form it replaced on 2026-12-02
     (no algorithm version changed), so results are bit-identical (``tests/test_networks.py`` compares the two):
     numpy's row-ordered sum over the batch axis, divided by the count, is torch's mean; the batch variance stays
-    torch's (a Welford reduction numpy has no twin of).
+    torch's (a Welford reduction numpy has no twin of). One feature (TextMatch-v0's observation) runs on Python floats
+    instead, torch's variance included (there a full reduction with a serial loop: :meth:`_update_scalar`).
     """
 
     mean: torch.Tensor
