@@ -37,6 +37,16 @@ class TorchRunningMeanStd:
         return torch.clamp((x - self.mean) / std, -clip, clip).to(torch.float32)
 
 
+def _update_both_and_compare(new: RunningMeanStd, ref: TorchRunningMeanStd, x: torch.Tensor) -> None:
+    """Fold ``x`` into both; the statistics and the normalised batch must be equal bit for bit."""
+    new.update(x)
+    ref.update(x)
+    assert torch.equal(new.mean, ref.mean) and torch.equal(new.var, ref.var) and torch.equal(new.count, ref.count)
+    out, expected = new.normalize(x), ref.normalize(x)
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("batch", [1, 2, 8, 32, 64])
 @pytest.mark.parametrize("features", [1, 4, 11, 26])
 def test_running_mean_std_is_bit_identical_to_the_torch_form(batch: int, features: int) -> None:
@@ -48,12 +58,7 @@ def test_running_mean_std_is_bit_identical_to_the_torch_form(batch: int, feature
         x = torch.from_numpy((rng.standard_normal((batch, features)) * scale + offset).astype(np.float32))
         if step == 7:
             x[0, 0] = 1e6  # far outside: the clip is hit
-        new.update(x)
-        ref.update(x)
-        assert torch.equal(new.mean, ref.mean) and torch.equal(new.var, ref.var) and torch.equal(new.count, ref.count)
-        out, expected = new.normalize(x), ref.normalize(x)
-        assert out.dtype == torch.float32 and out.shape == x.shape
-        assert torch.equal(out, expected)
+        _update_both_and_compare(new, ref, x)
 
 
 @pytest.mark.parametrize("batch", [1, 3, 7, 8, 9, 16, 17, 100, 1000, 4096])
@@ -68,12 +73,7 @@ def test_one_feature_path_is_bit_identical_to_the_torch_form(batch: int) -> None
         x = torch.from_numpy((rng.standard_normal((batch, 1)) * scale + offset).astype(np.float32))
         if step in (5, 6):
             x[0, 0] = 1e7 if step == 5 else -1e7
-        new.update(x)
-        ref.update(x)
-        assert torch.equal(new.mean, ref.mean) and torch.equal(new.var, ref.var) and torch.equal(new.count, ref.count)
-        out, expected = new.normalize(x), ref.normalize(x)
-        assert out.dtype == torch.float32 and out.shape == x.shape
-        assert torch.equal(out, expected)
+        _update_both_and_compare(new, ref, x)
     assert new.normalize(torch.tensor([[float("nan")]])).isnan().all()
 
 
