@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -336,6 +337,28 @@ def test_twin_backward_reuses_its_buffers_without_carrying_anything_over():
         first = {B: grads(kernel, flat, *batch) for B, batch in batches.items()}
         for B in (8, 256, 40, 256, 8):
             assert torch.equal(grads(kernel, flat, *batches[B]), first[B])
+
+
+@pytest.mark.parametrize("arch", [(8, 12), (12, 8), (64, 32, 16)])
+@pytest.mark.parametrize("spaces", [CARTPOLE, HOPPER])
+def test_twin_kernel_with_hidden_layers_of_different_widths_equals_autograd_step_after_step(spaces, arch):
+    """Hidden layers of different widths: every step's gradient is autograd's, with no buffer resized under it (a
+    deprecated torch behaviour, turned into an error here) and none written over while read (three widths crashed
+    the second backward before 2026-12-05)."""
+    cfg, policy = _policy(spaces, pi_arch=arch, vf_arch=arch)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    assert kernel.twin is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step, B in enumerate((64, 64, 40, 64)):
+            mb = _minibatch(policy, B, 1, seed=step)
+            _, _, g_a = _grads_autograd(cfg, policy, flat, mb, clip=0.2)
+            flat.zero_grad()
+            logp, ent, values, state = kernel.evaluate(mb.obs, mb.actions)
+            fl = ppo_fused_loss(cfg, mb, logp, ent, values, 0.2)
+            kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues)
+            torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
 
 
 # -- ppo-rlvr-prm: the JS term and the input-gradient penalty by hand ----------------------------------------

@@ -332,8 +332,9 @@ class TwinMLPKernel:
         self._infer_plans: dict[Any, tuple[list[Any], Any, tuple[Any, ...], tuple[Any, ...]]] = {}
         """:meth:`infer`'s layers and output buffers by batch size (:meth:`_plan`, :func:`_kept_buffers`)."""
         self._grad_bufs: dict[torch.Size, tuple[torch.Tensor, torch.Tensor]] = {}
-        """Two ``(2, B, width)`` buffers per activation shape for the backward's ``dL/dh`` (alternating: one layer's is
-        the input of the next one's), reused from step to step instead of new ones per layer."""
+        """Two ``(2, B, width)`` buffers per activation shape for the backward's ``dL/dh``, reused from step to step
+        instead of new ones per layer: hidden layer ``i`` writes into the one of its shape and parity ``i % 2``, so
+        the next layer down (the other parity) never writes over the ``dL/dz`` it reads, whatever the widths."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x (B, in)`` -> ``(policy params (B, P), values (B, H))``, keeping the activations for :meth:`backward`."""
@@ -380,10 +381,8 @@ class TwinMLPKernel:
         acts = self._acts
         h = acts[-1]
         douts = (dparams, dvalues if dvalues is not None else dparams.new_zeros(dparams.shape[0], self.out[1][0].shape[0]))
-        bufs = self._grad_bufs.get(h.shape)
-        if bufs is None:
-            bufs = self._grad_bufs[h.shape] = (_normal_empty(h.shape), _normal_empty(h.shape))
-        dh = bufs[0]
+        top = len(self.hidden) - 1
+        dh = self._grad_buf(h.shape, top % 2)
         for k, ((w, _, weight, bias), dz) in enumerate(zip(self.out, douts, strict=True)):
             gw, gb = weight.grad, bias.grad
             assert gw is not None and gb is not None
@@ -414,8 +413,15 @@ class TwinMLPKernel:
             else:
                 torch.sum(dz, 1, out=gb)
             if i:
-                dh = bufs[1] if dz is bufs[0] else bufs[0]
+                dh = self._grad_buf(acts[i].shape, (i - 1) % 2)
                 torch.bmm(dz, w, out=dh)
+
+    def _grad_buf(self, shape: torch.Size, parity: int) -> torch.Tensor:
+        """The kept ``dL/dh`` buffer of this shape and parity (see ``_grad_bufs``)."""
+        bufs = self._grad_bufs.get(shape)
+        if bufs is None:
+            bufs = self._grad_bufs[shape] = (_normal_empty(shape), _normal_empty(shape))
+        return bufs[parity]
 
 
 # -- numpy reductions ---------------------------------------------------------------------------------------
