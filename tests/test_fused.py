@@ -372,6 +372,8 @@ def test_twin_kernel_with_hidden_layers_of_different_widths_equals_autograd_step
         (CARTPOLE, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than fused._NARROW
         (HOPPER, {}),
         (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),  # one hidden layer
+        (CARTPOLE, {"pi_arch": (), "vf_arch": (64, 64)}),  # none: a linear policy, the same Jacobian for every sample
+        (HOPPER, {"pi_arch": (), "vf_arch": ()}),
     ],
 )
 def test_jacobian_penalty_equals_autograds_double_backward(spaces, overrides, B):
@@ -389,8 +391,8 @@ def test_jacobian_penalty_equals_autograds_double_backward(spaces, overrides, B)
     g_a = flat.grad.clone()
     flat.zero_grad()
     kernel.evaluate(mb.obs, mb.actions)
-    per_sample_f, add = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 0.7)
-    add()
+    per_sample_f, grad = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 0.7)
+    grad.add()
     np.testing.assert_allclose(per_sample_f, per_sample_a.detach().numpy(), rtol=1e-4, atol=1e-7)
     assert g_a.abs().max() > 0
     torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
@@ -407,6 +409,7 @@ TEXT = (gym.spaces.Box(0, 1, (40,), np.float32), gym.spaces.Discrete(26))  # mor
         (CARTPOLE, {"activation": "relu"}),
         (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),
         (HOPPER, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than fused._NARROW
+        (TEXT, {"pi_arch": (), "vf_arch": ()}),  # a linear policy
     ],
 )
 def test_jacobian_penalty_with_probes_equals_autograds_hutchinson(spaces, overrides, K):
@@ -429,11 +432,58 @@ def test_jacobian_penalty_with_probes_equals_autograds_hutchinson(spaces, overri
     kernel.evaluate(mb.obs, mb.actions)
     torch.manual_seed(3)
     probes = torch.stack([torch.randn(128, policy.head.n_params) for _ in range(K)])
-    per_sample_f, add = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 0.7, probes)
-    add()
+    per_sample_f, grad = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 0.7, probes)
+    grad.add()
     np.testing.assert_allclose(per_sample_f, per_sample_a.detach().numpy(), rtol=1e-4, atol=1e-7)
     assert g_a.abs().max() > 0
     torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("K", [0, 2])
+@pytest.mark.parametrize(
+    ("spaces", "overrides"),
+    [
+        (CARTPOLE, {}),  # the twin kernel
+        (CARTPOLE, {"activation": "relu"}),  # no activation-derivative part
+        (CARTPOLE, {"pi_arch": (32, 16), "vf_arch": (64, 64)}),  # separate kernels
+        (HOPPER, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),
+        (TEXT, {}),
+        (HOPPER, {"pi_arch": (), "vf_arch": ()}),  # a linear policy: the direct part alone
+    ],
+)
+def test_penalty_carried_by_the_kernels_backward_equals_its_own_backprop(spaces, overrides, K):
+    """The update's path (``before_backward``: the direct part, then the kernel's backward adding the extra dL/dz to
+    its own and accumulating) gives the gradient of the standalone path (the kernel's backward, then ``add``: the
+    activation derivatives' part backpropagated on its own), up to float rounding; with the penalty's gradient a
+    large share of the total."""
+    from suite.algorithms.fused import jacobian_penalty
+
+    cfg, policy = _policy(spaces, **overrides)
+    flat = FlatParameters(parameter_order(policy))
+    kernel = kernel_for(policy, flat)
+    mb = _minibatch(policy, 96, 1)
+    probes = torch.randn(K, 96, policy.head.n_params, generator=torch.Generator().manual_seed(5)) if K else None
+    out = []
+    for merged in (False, True):
+        flat.zero_grad()
+        logp, ent, values, state = kernel.evaluate(mb.obs, mb.actions)
+        per_sample, grad = jacobian_penalty(*kernel.policy_network(), kernel.tanh, 50.0, probes)
+        dlogp, dv = np.full_like(logp, 0.1), np.full_like(values, 0.1)
+        if merged:
+            extra_dz = grad.before_backward()
+            assert (extra_dz is None) == (cfg.activation == "relu" or not cfg.pi_arch)
+            kernel.backward(state, dlogp, None, dv, accumulate=True, extra_dz=extra_dz)
+        else:
+            kernel.backward(state, dlogp, None, dv)
+            grad.add()
+        out.append((per_sample, flat.grad.clone()))
+    (p0, g0), (p1, g1) = out
+    np.testing.assert_array_equal(p0, p1)
+    flat.zero_grad()
+    kernel.evaluate(mb.obs, mb.actions)
+    jacobian_penalty(*kernel.policy_network(), kernel.tanh, 50.0, probes)[1].add()
+    assert flat.grad.norm() > 0.5 * g0.norm()  # the penalty's part is most of it: a lost term would show
+    torch.testing.assert_close(g1, g0, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -471,9 +521,9 @@ def test_fused_rlvr_prm_loss_and_gradient_equal_autograd(spaces, overrides):
         if fused:
             logp, ent, values, trainer.fused_state = kernel.evaluate(mb.obs, mb.actions)
             fl = RlvrPrmTrainer.fused_loss(trainer, mb, logp, ent, values)
-            kernel.backward(trainer.fused_state, fl.dlogp, fl.dentropy, fl.dvalues,
-                            extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra)  # fmt: skip
-            fl.add_grads()
+            extra_dz = fl.before_backward()
+            kernel.backward(trainer.fused_state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=True,
+                            extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra, extra_dz=extra_dz)  # fmt: skip
             loss, metrics = fl.loss, fl.metrics
         else:
             loss_t, metrics_t = RlvrPrmTrainer.loss(trainer, mb)

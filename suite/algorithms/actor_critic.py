@@ -165,9 +165,11 @@ class FusedLoss:
     """``(B, P)`` d loss / d policy params (logits or means) from terms beyond log pi(a|s) and the entropy."""
     dlog_std_extra: np.ndarray | None = None
     """``(A,)`` d loss / d log std from such terms (Gaussian heads)."""
-    add_grads: Callable[[], None] | None = None
-    """Adds the gradient of terms that are not functions of the policy's outputs alone (e.g. an input-gradient
-    penalty) to the parameters' gradients, after the kernel's backward."""
+    before_backward: Callable[[], list[torch.Tensor] | None] | None = None
+    """For terms that are not functions of the policy's outputs alone (an input-gradient penalty): called before the
+    kernel's backward, it adds their direct gradient to the parameters' gradients and returns their extra ``dL/dz`` per
+    hidden layer of the policy network (or None); the kernel's backward then adds those and accumulates
+    (:class:`~suite.algorithms.fused.JacobianPenaltyGrad`)."""
 
 
 class ActorCriticTrainer:
@@ -283,12 +285,13 @@ class ActorCriticTrainer:
                     break  # SB3 (ppo.py): the minibatch that crosses the limit is measured but not stepped on
                 if self.fused:
                     assert self.kernel is not None
+                    pre, extra_dz = fl.before_backward, None
+                    if pre is not None:
+                        extra_dz = pre()  # writes into the gradients: the kernel's backward accumulates
                     self.kernel.backward(
-                        state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0,
-                        extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra,
+                        state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0 or pre is not None,
+                        extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra, extra_dz=extra_dz,
                     )  # fmt: skip
-                    if fl.add_grads is not None:
-                        fl.add_grads()
                 else:
                     self.stepper.backward(loss)
                 if clock is not None:
@@ -422,12 +425,13 @@ class ActorCriticTrainer:
         """Per-sample tensors ``(n, ...)`` a variant's loss needs besides the standard fields."""
         return {}
 
-    def network_extra(self) -> tuple[str, Callable[[], None] | None] | None:
+    def network_extra(self) -> tuple[str, Callable[[], list[torch.Tensor] | None] | None] | None:
         """Network passes a train step makes beyond the network's forward and backward (a loss term on the network's
         input gradient), as ``(what, run)``: ``run()`` makes them once on the kernel's last
-        :meth:`~suite.algorithms.fused.PolicyKernel.evaluate` and adds their gradient; None where the update makes
-        them by autograd. ``suite profile speed`` adds ``run`` to every train step of its limit (the network alone
-        doing the same work), or says the limit lacks them. None: there are none."""
+        :meth:`~suite.algorithms.fused.PolicyKernel.evaluate`, before its backward, as :attr:`FusedLoss.
+        before_backward` does (adds their direct gradient, returns the extra ``dL/dz`` for the backward); None where
+        the update makes them by autograd. ``suite profile speed`` adds ``run`` to every train step of its limit (the
+        network alone doing the same work), or says the limit lacks them. None: there are none."""
         return None
 
 

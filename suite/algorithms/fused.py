@@ -256,12 +256,20 @@ class MLPKernel:
         act = None if self.tanh and B > SMALL_BATCH else (torch.Tensor.tanh_ if self.tanh else torch.Tensor.relu_)
         return layers[:-1], act, layers[-1]
 
-    def backward(self, dout: torch.Tensor, accumulate: bool = False, input_grad: bool = False) -> torch.Tensor | None:
+    def backward(
+        self,
+        dout: torch.Tensor,
+        accumulate: bool = False,
+        input_grad: bool = False,
+        extra_dz: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor | None:
         """Backpropagate ``dout = dL/d output (B, out)`` through the last :meth:`forward`.
 
         Args:
             accumulate: add to the parameters' gradients (micro-batches) instead of overwriting them.
             input_grad: also return ``dL/dx (B, in)``.
+            extra_dz: ``dL/dz_l (B, H_l)`` of each hidden layer from terms beyond the output (an input-gradient
+                penalty's activation derivatives, :class:`JacobianPenaltyGrad`), added to the backprop's own.
         """
         dz = dout
         for i in range(len(self.layers) - 1, -1, -1):
@@ -287,6 +295,8 @@ class MLPKernel:
             if i == 0:
                 return dh
             dz = _tanh_backward(dh, h) if self.tanh else _threshold_backward(dh, h, 0)
+            if extra_dz is not None:
+                dz.add_(extra_dz[i - 1])
         return None
 
 
@@ -376,8 +386,15 @@ class TwinMLPKernel:
         wpt, wvt = self._wt_out
         return hidden, act, (bp, wpt, torch.empty(B, wpt.shape[1])), (bv, wvt, torch.empty(B, wvt.shape[1]))
 
-    def backward(self, dparams: torch.Tensor, dvalues: torch.Tensor | None, accumulate: bool = False) -> None:
-        """Fill the gradients from ``dL/dparams (B, P)`` and ``dL/dvalues (B, H)`` (None: no value loss)."""
+    def backward(
+        self,
+        dparams: torch.Tensor,
+        dvalues: torch.Tensor | None,
+        accumulate: bool = False,
+        extra_dz: list[torch.Tensor] | None = None,
+    ) -> None:
+        """Fill the gradients from ``dL/dparams (B, P)`` and ``dL/dvalues (B, H)`` (None: no value loss);
+        ``extra_dz``: the policy's extra ``dL/dz_l`` per hidden layer (see :meth:`MLPKernel.backward`)."""
         acts = self._acts
         h = acts[-1]
         douts = (dparams, dvalues if dvalues is not None else dparams.new_zeros(dparams.shape[0], self.out[1][0].shape[0]))
@@ -400,6 +417,8 @@ class TwinMLPKernel:
                 _tanh_backward_out(dh, acts[i + 1], grad_input=dz)
             else:
                 _threshold_backward_out(dh, acts[i + 1], 0, grad_input=dz)
+            if extra_dz is not None:
+                dz[0].add_(extra_dz[i])
             h_in = acts[i]
             if h_in.shape[2] < dz.shape[2]:  # narrow input layer: (h^T dz)^T is ~5x faster in BLAS
                 dw = torch.bmm(h_in.transpose(1, 2), dz).transpose(1, 2)
@@ -629,13 +648,15 @@ class PolicyKernel:
         accumulate: bool = False,
         extra_dparams: np.ndarray | None = None,
         extra_dls: np.ndarray | None = None,
+        extra_dz: list[torch.Tensor] | None = None,
     ) -> None:
         """Fill the gradients of every parameter from per-sample loss derivatives (see the class docstring).
 
         Categorical: ``d log p_a / dz = onehot(a) - p`` and ``dH / dz = -p (log p + H)``. Gaussian with a
         state-independent log std ``s``: ``d log p / d mu = z / std``, ``d log p / ds = z^2 - 1``, ``dH / ds = 1``.
         ``extra_dparams (B, P)`` / ``extra_dls (A,)``: derivatives of further terms w.r.t. the policy's outputs and
-        log std, added before the backward pass.
+        log std, added before the backward pass; ``extra_dz``: dL/dz of the policy network's hidden layers from terms
+        beyond its outputs (:meth:`JacobianPenaltyGrad.before_backward`), added during it.
         """
         B = dlogp.shape[0]
         if self.gaussian:
@@ -662,10 +683,10 @@ class PolicyKernel:
         dp = torch.from_numpy(dparams)
         dv = None if dvalues is None else torch.from_numpy(dvalues)
         if self.twin is not None:
-            self.twin.backward(dp, dv, accumulate)
+            self.twin.backward(dp, dv, accumulate, extra_dz)
             return
         assert self.pi is not None
-        self.pi.backward(dp, accumulate=accumulate)
+        self.pi.backward(dp, accumulate=accumulate, extra_dz=extra_dz)
         if self.vf is not None:
             if dv is not None:
                 self.vf.backward(dv, accumulate=accumulate)
@@ -693,13 +714,14 @@ class PolicyKernel:
 
 
 _NARROW = 16
-"""Below this many output columns a matrix product runs as ``(B^T A^T)^T``: MKL's sgemm takes 3-4x longer on an
-``(m, k) x (k, n)`` product with ``n < 16`` and a few hundred rows than on its transpose (AVX-512 EPYC, 512 x 64 x 4:
-37 vs 10 us; at ``n >= 16`` the plain form is as fast or faster)."""
+"""Below this many output columns MKL's sgemm is slow on an ``(m, k) x (k, n)`` product of a few hundred rows, by how
+much depending on the CPU: 512 x 64 x 4 took 37 us against 10 us for its transpose on an AVX-512 EPYC, while on an
+AVX-512 Xeon (AMX) the transpose is the slow one (43 vs 8 us). At ``n >= 16`` the plain form is fast on both."""
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b``; a narrow output (:data:`_NARROW`) computed as the transpose of ``b^T a^T`` (a transposed view)."""
+    """``a @ b``; a narrow output (:data:`_NARROW`) computed as the transpose of ``b^T a^T`` (a transposed view): used
+    where the product's inner dimension is the batch (``A^T dA``), fast in this form on both CPUs measured."""
     return torch.mm(b.t(), a.t()).t() if b.shape[1] < _NARROW else torch.mm(a, b)
 
 
@@ -708,13 +730,65 @@ def _add_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     out.add_(_mm(a, b)) if b.shape[1] < _NARROW else out.addmm_(a, b)
 
 
+def _mm_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for many rows of ``a``; a narrow ``b`` (:data:`_NARROW`) zero-padded to :data:`_NARROW` columns and
+    the product's first columns returned (a view): the padded product is as fast as the fastest narrow form on both
+    CPUs measured (Xeon: 8 us against 8 plain and 43 transposed at 512 x 64 x 4)."""
+    n = b.shape[1]
+    if n >= _NARROW:
+        return torch.mm(a, b)
+    return torch.mm(a, torch.nn.functional.pad(b, (0, _NARROW - n)))[:, :n]
+
+
+_ONE = torch.tensor(1.0)
+
+
+class JacobianPenaltyGrad:
+    """The gradient of :func:`jacobian_penalty`'s ``coef * sum_b ||J_b||_F^2``, as its forward left it.
+
+    Two parts: the *direct* part, through the weights inside ``J = W_L D_{L-1} ... D_0 W_0`` (the ``dW_l`` of the
+    Jacobian's chain and ``W_L``'s), and, for tanh, the part through the activation derivatives ``d_l = 1 - h_l^2``,
+    which depend on the layers' pre-activations ``z_l``: an extra ``dL/dz_l = -2 h_l d_l * (d d_l)`` at each hidden
+    layer that reaches the weights and biases by ordinary backprop through the network's forward graph.
+
+    :meth:`before_backward` adds the direct part and returns the extra ``dL/dz_l`` for the network's own backward to
+    add to its ``dL/dz_l`` (the hand-derived update: one backprop carries both, ``ppo-rlvr-prm`` >= 1.5.0);
+    :meth:`add` makes the whole gradient on its own (the backprop by itself; what 1.4.0's update ran)."""
+
+    def __init__(self, parts: Callable[[], list[torch.Tensor] | None], acts: list[torch.Tensor], d: list[torch.Tensor],
+                 layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]) -> None:  # fmt: skip
+        self._parts, self._acts, self._d, self._layers = parts, acts, d, layers
+
+    def before_backward(self) -> list[torch.Tensor] | None:
+        """Add the direct part to the layers' gradients; return the extra ``dL/dz_l`` ``(B, H_l)`` of every hidden layer
+        (None for ReLU: its derivative does not depend on ``z`` almost everywhere), for the network's backward, which
+        must then *accumulate* into the gradients."""
+        return self._parts()
+
+    def add(self) -> None:
+        """Add the whole gradient to the layers' gradients, the activation derivatives' part backpropagated here."""
+        dz = self._parts()
+        if dz is None:
+            return
+        acts, d, layers = self._acts, self._d, self._layers
+        g_h = None
+        for i in range(len(dz) - 1, -1, -1):
+            g_z = dz[i] if g_h is None else torch.addcmul(dz[i], g_h, d[i])
+            _add_mm(layers[i][1], g_z.t(), acts[i])
+            bias_grad = layers[i][2]
+            assert bias_grad is not None
+            bias_grad.add_(g_z.sum(0))
+            if i:
+                g_h = torch.mm(g_z, layers[i][0])
+
+
 def jacobian_penalty(
     acts: list[torch.Tensor],
     layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
     tanh: bool,
     coef: float,
     probes: torch.Tensor | None = None,
-) -> tuple[np.ndarray, Callable[[], None]]:
+) -> tuple[np.ndarray, JacobianPenaltyGrad]:
     """``||d out / d x||_F^2`` per sample of an MLP ``x -> (Linear, act)* -> Linear`` and, by hand, the gradient of
     ``coef * sum_b ||J_b||_F^2`` w.r.t. its weights and biases (what autograd's double backward gives, up to float
     rounding; tested).
@@ -725,12 +799,14 @@ def jacobian_penalty(
     product per layer). Backward from ``dJ = 2 coef J``: ``dW_l = sum_b A'_l^T dA_l``, ``dA'_l = dA_l W_l^T``, then
     ``dA_{l+1} = dA'_l D_l`` and ``d d_l = sum_p dA'_l * A_{l+1}`` (``W_L`` itself for the top layer), which reaches
     ``z_l`` through ``d d_l / dz_l = -2 h_l d_l`` (tanh; 0 for ReLU) and from there the weights and biases by
-    ordinary backprop.
+    ordinary backprop (:class:`JacobianPenaltyGrad`: by the network's own backward in the update since
+    ``ppo-rlvr-prm`` 1.5.0, which saves that backprop's products).
 
     The rows of every sample's ``A`` are laid out row-major, ``(R, B, width)`` (since ``ppo-rlvr-prm`` 1.4.0;
     ``(B, R, width)`` before): a sample's activation derivatives then broadcast over the outer dimension and the sums
-    over rows run over it, both ~2x faster in ATen than over a middle dimension; products with fewer than 16 output
-    columns run transposed (:func:`_mm`). Same maths, other rounding: 707 -> ~430 us per 256-sample CartPole step.
+    over rows run over it, both ~2x faster in ATen than over a middle dimension. A product with fewer than 16 output
+    columns runs zero-padded to 16 where the batch is its outer dimension (:func:`_mm_padded`, since 1.5.0; transposed
+    in 1.4.0) and transposed where the batch is its inner one (:func:`_mm`).
 
     With ``probes`` ``(K, B, P)`` (Hutchinson's estimate, as :func:`suite.algorithms.ppo_rlvr_prm.
     input_gradient_penalty` with ``probes = K``: ``mean_k ||v_k^T J_b||^2``, unbiased for ``||J_b||_F^2``) the same
@@ -743,13 +819,16 @@ def jacobian_penalty(
         probes: None (exact) or the probe vectors ``(K, B, P)``, drawn by the caller.
 
     Returns:
-        ``(||J_b||_F^2 (or its estimate) per sample (B,), add)``: ``add()`` adds the gradient to the layers' gradients.
+        ``(||J_b||_F^2 (or its estimate) per sample (B,), its gradient)`` (:class:`JacobianPenaltyGrad`).
     """
     hidden = acts[1:]
     weights = [w for w, _, _ in layers]
     L = len(weights)
     B = acts[0].shape[0]
-    d = [torch.rsub(h * h, 1.0) if tanh else (h > 0).to(h.dtype) for h in hidden]  # (B, H_l)
+    if L == 1:
+        return _linear_jacobian_penalty(acts, layers, coef, probes)
+    # tanh: 1 - h^2 in one call (h * h rounded, then subtracted from 1: as rsub(h * h, 1))
+    d = [torch.addcmul(_ONE, h, h, value=-1.0) if tanh else (h > 0).to(h.dtype) for h in hidden]  # (B, H_l)
     if probes is None:
         K, v = 1, None
         above = weights[-1].unsqueeze(1)  # A_L = W_L for every sample, (P, 1, H_{L-1})
@@ -764,14 +843,13 @@ def jacobian_penalty(
     for i in range(L - 2, -1, -1):
         a_above[i] = above
         a_primes[i] = above * d[i]
-        jac = _mm(a_primes[i].view(R * B, -1), weights[i])  # (R * B, H_{i-1} or F)
+        jac = _mm_padded(a_primes[i].view(R * B, -1), weights[i])  # (R * B, H_{i-1} or F)
         above = jac.view(R, B, -1) if i else jac
-    per_sample = jac.square().sum(1)  # (R * B,)
-    per_sample = per_sample.view(R, B).sum(0) if R > 1 else per_sample
+    per_sample = jac.view(R, B, -1).square().sum((0, 2))  # (B,)
     if K > 1:
         per_sample = per_sample / K
 
-    def add() -> None:
+    def parts() -> list[torch.Tensor] | None:
         g = jac * (2.0 * coef / K)  # dA_1, (R * B, F)
         g_d: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
         for i in range(L - 1):
@@ -787,20 +865,46 @@ def jacobian_penalty(
                 layers[L - 1][1].add_(g_above.sum(1))  # A_L = W_L for every sample
             else:  # A_L = v^T W_L
                 layers[L - 1][1].addmm_(v.view(K * B, -1).t(), g_above.view(K * B, -1))
-        if tanh:  # the activations' derivatives depend on z: backprop the extra dz through the forward graph
-            g_h = None
-            for i in range(L - 2, -1, -1):
-                g_z = g_d[i].mul_(hidden[i]).mul_(d[i]).mul_(-2.0)  # d d_i / dz_i = -2 h_i d_i
-                if g_h is not None:
-                    g_z.addcmul_(g_h, d[i])
-                _add_mm(layers[i][1], g_z.t(), acts[i])
-                bias_grad = layers[i][2]
-                assert bias_grad is not None
-                bias_grad.add_(g_z.sum(0))
-                if i:
-                    g_h = torch.mm(g_z, weights[i])
+        if not tanh:
+            return None
+        # d d_i / dz_i = -2 h_i d_i: the extra dL/dz_i of each hidden layer
+        return [g_d[i].mul_(hidden[i]).mul_(d[i]).mul_(-2.0) for i in range(L - 1)]
 
-    return per_sample.numpy(), add
+    return per_sample.numpy(), JacobianPenaltyGrad(parts, acts, d, layers)
+
+
+def _linear_jacobian_penalty(
+    acts: list[torch.Tensor],
+    layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+    coef: float,
+    probes: torch.Tensor | None,
+) -> tuple[np.ndarray, JacobianPenaltyGrad]:
+    """:func:`jacobian_penalty` of a policy with no hidden layer, ``out = W x + b``: its Jacobian is ``W`` for every
+    sample. Exact: ``||W||_F^2`` per sample, gradient ``2 coef B W``. With probes ``(K, B, P)``: ``mean_k ||v_k^T
+    W||^2`` per sample, gradient ``(2 coef / K) V^T (V W)`` over the ``K B`` probe rows ``V``. (Before
+    ``ppo-rlvr-prm`` 1.5.0 the general passes ran here: the exact penalty failed on the shapes, and with probes
+    the value summed over the batch instead of the Jacobian's columns and the gradient was left out.)"""
+    w, w_grad, _ = layers[0]
+    B = acts[0].shape[0]
+    if probes is None:
+        per_sample = torch.full((B,), float(w.square().sum()))
+
+        def direct() -> None:
+            w_grad.add_(w, alpha=2.0 * coef * B)
+
+    else:
+        K = probes.shape[0]
+        v = probes.reshape(K * B, -1)
+        rows = torch.mm(v, w)  # v_k^T W per sample, (K * B, F)
+        per_sample = rows.square().sum(1).view(K, B).sum(0) / K
+
+        def direct() -> None:
+            w_grad.addmm_(v.t(), rows, alpha=2.0 * coef / K)
+
+    def parts() -> None:
+        direct()  # no activation derivatives: nothing for the backprop
+
+    return per_sample.numpy(), JacobianPenaltyGrad(parts, acts, [], layers)
 
 
 def kernel_for(policy: ActorCritic, flat: FlatParameters | None = None) -> PolicyKernel | None:

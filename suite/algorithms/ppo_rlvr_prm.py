@@ -34,7 +34,11 @@ CartPole and LunarLander, ``benchmarks/bench_rlvr_hand_derived.py``; with ``smoo
 since 2026-12-02: TextMatch-v0); ``hand_derived = false`` is the autograd path (versions up to 1.2.0), and image
 observations always use it (the penalty is off there). Version 1.4.0 (2026-12-04) runs the penalty's passes in
 another layout and orientation (:func:`~suite.algorithms.fused.jacobian_penalty`): the same maths with other float
-rounding, 707 -> ~430 us per 256-sample CartPole step, so results move by rounding and 1.3.0's records are not reused;
+rounding, 707 -> ~430 us per 256-sample CartPole step, so results move by rounding and 1.3.0's records are not reused.
+Version 1.5.0 (2026-12-05): the penalty's part through the activation derivatives is carried by the network's own
+backward (one backprop instead of two), its narrow forward product runs zero-padded (fast on both CPUs measured), and a
+policy with no hidden layer gets its penalty right (1.4.0 failed on it, or with probes summed the wrong axis and
+dropped the gradient); other rounding again, so 1.4.0's records are not reused;
 
 (c) the document's settings as defaults: learning rate 5e-4 -> 2e-5 with cosine decay, GAE lambda 0.9
     (its advice: 0.85-0.92, "because RLVR already reduces variance").
@@ -63,7 +67,7 @@ from suite.algorithms.actor_critic import (
     ppo_policy_value_loss,
 )
 from suite.algorithms.core import Minibatch, Rollout, compute_gae
-from suite.algorithms.fused import fast_mean, jacobian_penalty
+from suite.algorithms.fused import JacobianPenaltyGrad, fast_mean, jacobian_penalty
 from suite.algorithms.networks import ActorCritic, CategoricalHead, GaussianHead
 from suite.config import Schedule, identity_unless_default
 from suite.registry import register
@@ -169,7 +173,7 @@ def js_gaussian_mc(
     return total / n_samples
 
 
-def policy_jacobian_penalty(cfg: RlvrPrmConfig, kernel: Any, coef: float) -> tuple[np.ndarray, Callable[[], None]]:
+def policy_jacobian_penalty(cfg: RlvrPrmConfig, kernel: Any, coef: float) -> tuple[np.ndarray, JacobianPenaltyGrad]:
     """:func:`jacobian_penalty` of the policy network as the kernel's last evaluate left it (``coef``: the factor on
     the sum over samples), its Hutchinson probes (``cfg.smooth_probes``) drawn as :func:`input_gradient_penalty`
     draws them: same stream, same order."""
@@ -272,22 +276,23 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         js_mean = float(fast_mean(js))
         smooth = 0.0
         if cfg.smooth_coef > 0:
-            per_sample, fl.add_grads = policy_jacobian_penalty(cfg, kernel, cfg.smooth_coef * w / B)
+            per_sample, grad = policy_jacobian_penalty(cfg, kernel, cfg.smooth_coef * w / B)
+            fl.before_backward = grad.before_backward
             smooth = float(fast_mean(per_sample))
         fl.loss += (cfg.js_coef * js_mean + cfg.smooth_coef * smooth) * w
         fl.metrics.update(js=js_mean, smooth_penalty=smooth)
         return fl
 
-    def network_extra(self) -> tuple[str, Callable[[], None] | None] | None:
+    def network_extra(self) -> tuple[str, Callable[[], list[torch.Tensor] | None] | None] | None:
         """The smoothness penalty's passes (forward and backward through the policy network's Jacobian, per sample);
         ``run`` where the hand-derived update makes them (autograd's double backward otherwise)."""
         cfg = self.cfg
         if cfg.smooth_coef <= 0 or self.policy.image:
             return None
 
-        def run() -> None:
+        def run() -> list[torch.Tensor] | None:
             B = self.kernel.policy_network()[0][0].shape[0]  # type: ignore[union-attr]
-            policy_jacobian_penalty(cfg, self.kernel, cfg.smooth_coef / B)[1]()
+            return policy_jacobian_penalty(cfg, self.kernel, cfg.smooth_coef / B)[1].before_backward()
 
         k = cfg.smooth_probes
         what = f"Hutchinson, {k} probe{'s' if k > 1 else ''}" if k else "exact"
@@ -379,7 +384,7 @@ def prm_js(
 
 @register(
     "ppo-rlvr-prm",
-    version="1.4.0",
+    version="1.5.0",
     summary="PPO + variance-weighted advantages (value ensemble) + entropy/JS/smoothness regulariser (document 004)",
     reference=(
         "004_f1fcbbd2bdebb4e5.txt ('GRPO = PPO + RLVR + PRM'); PPO: Schulman et al. 2017, arXiv 1707.06347; "

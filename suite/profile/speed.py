@@ -414,9 +414,9 @@ def _train_steps(
         if kernel is not None:
             logp, ent, values, state = kernel.evaluate(x_train, actions)
             dv = None if values is None else np.ones_like(values)
-            kernel.backward(state, np.ones_like(logp), None, dv)
-            if run_extra is not None:
-                run_extra()
+            # as the update: the extra passes first, their dL/dz carried by the kernel's backward, which accumulates
+            extra_dz = run_extra() if run_extra is not None else None
+            kernel.backward(state, np.ones_like(logp), None, dv, accumulate=run_extra is not None, extra_dz=extra_dz)
         else:
             params, values = policy(x_train)
             (params.sum() + (values.sum() if values is not None else 0.0)).backward()
