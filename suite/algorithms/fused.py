@@ -732,8 +732,9 @@ def _add_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 def _mm_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` for many rows of ``a``; a narrow ``b`` (:data:`_NARROW`) zero-padded to :data:`_NARROW` columns and
-    the product's first columns returned (a view): the padded product is as fast as the fastest narrow form on both
-    CPUs measured (Xeon: 8 us against 8 plain and 43 transposed at 512 x 64 x 4)."""
+    the product's first columns returned (a view). Measured on the Xeon only (512 x 64 x 4: 8 us padded, 8 plain, 43
+    transposed); on the EPYC the plain narrow form was the slow one and the padded form was not timed there: it
+    rests on that machine's plain products being fast from 16 columns up (:data:`_NARROW`)."""
     n = b.shape[1]
     if n >= _NARROW:
         return torch.mm(a, b)
@@ -886,10 +887,11 @@ def _linear_jacobian_penalty(
     the value summed over the batch instead of the Jacobian's columns and the gradient was left out.)"""
     w, w_grad, _ = layers[0]
     B = acts[0].shape[0]
+    # the direct part alone: with no activation derivative there is nothing for the backprop (parts return None)
     if probes is None:
         per_sample = torch.full((B,), float(w.square().sum()))
 
-        def direct() -> None:
+        def parts() -> None:
             w_grad.add_(w, alpha=2.0 * coef * B)
 
     else:
@@ -898,11 +900,8 @@ def _linear_jacobian_penalty(
         rows = torch.mm(v, w)  # v_k^T W per sample, (K * B, F)
         per_sample = rows.square().sum(1).view(K, B).sum(0) / K
 
-        def direct() -> None:
+        def parts() -> None:
             w_grad.addmm_(v.t(), rows, alpha=2.0 * coef / K)
-
-    def parts() -> None:
-        direct()  # no activation derivatives: nothing for the backprop
 
     return per_sample.numpy(), JacobianPenaltyGrad(parts, acts, [], layers)
 
