@@ -69,6 +69,15 @@ def collect(run: Path) -> list[dict[str, Any]]:
     return out
 
 
+def revisions(run: Path) -> dict[str, str] | None:
+    """``{"before": commit, "after": commit}`` from the run folder's ``run.json`` (None where it has none)."""
+    try:
+        revs = json.loads((run / "run.json").read_text())["revisions"]
+        return {name: str(revs[side]["commit"]) for side, name in SIDES}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _ratio_of_sums(before: np.ndarray, after: np.ndarray) -> float:
     return float(before.sum() / after.sum())
 
@@ -193,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         print(f"run folder: {run}")
     repeats = collect(run)
+    commits = revisions(run)
+    if commits:
+        print(f"before {commits['before'][:7]}, after {commits['after'][:7]}")
     try:
         summary = summarize(repeats)
     except ValueError as exc:
@@ -204,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(repeats, summary, a.out)
         trials = [{"repeat": r["repeat"], "algo": k[0], "env": k[1], "seed": k[2], "before_s": r["before"][k],
                    "after_s": r["after"][k]} for r in repeats for k in r["keys"]]  # fmt: skip
-        a.out.with_suffix(".json").write_text(json.dumps({"trials": trials, "summary": summary}, indent=1))
+        doc = {"commits": commits, "trials": trials, "summary": summary}
+        a.out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
         print(f"wrote {a.out} and {a.out.with_suffix('.json')}")
     return 0
 

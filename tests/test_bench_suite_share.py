@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -43,6 +44,8 @@ def _run_folder(tmp: Path) -> Path:
     # repeat 1 stopped early: only two ppo trials at both commits, the machine 10% slower for both
     _db(run / "base" / "r1" / "suite.db", [("ppo", "CartPole-v1", s, 33.0, "ok") for s in range(3)])
     _db(run / "head" / "r1" / "suite.db", [("ppo", "CartPole-v1", s, 11.0, "ok") for s in range(2)])
+    revisions = {"base": {"commit": "b" * 40}, "head": {"commit": "a" * 40}}
+    (run / "run.json").write_text(json.dumps({"revisions": revisions}))
     return run
 
 
@@ -86,7 +89,9 @@ def test_summarize_command_writes_csv_and_json(tmp_path: Path) -> None:
     csv = out.read_text().splitlines()
     assert csv[0] == "algo,before_r0,after_r0,before_r1,after_r1"
     assert csv[1] == "grpo,20.0,10.0,0.0,0.0" and csv[2] == "ppo,90.0,30.0,66.0,22.0"
-    assert out.with_suffix(".json").is_file()
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["commits"] == {"before": "b" * 40, "after": "a" * 40}
+    assert len(doc["trials"]) == 7 and doc["summary"]["share"] == pytest.approx(176.0 / 62.0)
 
 
 def test_a_folder_that_is_not_a_run_is_one_clear_line(tmp_path: Path) -> None:
