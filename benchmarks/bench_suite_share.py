@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         run = a.work or Path(tempfile.mkdtemp(prefix="bench-suite-share-"))
         rc = run_regress(a.before, a.after, a.repeats, run)
         if rc not in (0, 1):
-            print(f"bench_suite_share: 'suite regress' stopped (exit {rc}); rerun the command to resume", file=sys.stderr)
+            msg = f"'suite regress' stopped (exit {rc}); rerun with --work {run} to resume"
+            print(f"bench_suite_share: {msg}", file=sys.stderr)
             return rc
         print(f"run folder: {run}")
     repeats = collect(run)
