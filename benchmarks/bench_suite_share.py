@@ -23,7 +23,7 @@ against the speed-up.
     python benchmarks/bench_suite_share.py --summarize RUN_FOLDER     # re-read a finished (or partial) run
 
 ``--work`` (default a temporary folder) is the ``suite regress`` run folder: ``base/r<k>/suite.db`` and
-``head/r<k>/suite.db``; running the same command again resumes it. Outputs (``--out X.csv``): ``X.csv`` (trial time
+``head/r<k>/suite.db``; the same command with the same ``--work`` resumes it. Outputs (``--out X.csv``): ``X.csv`` (trial time
 per algorithm and repeat, then the summary) and ``X.json`` (every trial's times and the summary).
 """
 
@@ -78,10 +78,6 @@ def revisions(run: Path) -> dict[str, str] | None:
         return None
 
 
-def _ratio_of_sums(before: np.ndarray, after: np.ndarray) -> float:
-    return float(before.sum() / after.sum())
-
-
 def summarize(repeats: list[dict[str, Any]], n_boot: int = 10_000, seed: int = 0) -> dict[str, Any]:
     """The share (before / after trial time) per repeat, over all repeats, per algorithm, and its bootstrap CI.
 
@@ -124,7 +120,7 @@ def summarize(repeats: list[dict[str, Any]], n_boot: int = 10_000, seed: int = 0
         boot = before[idx].sum(1) / after[idx].sum(1)
         lo, hi = np.percentile(boot, [2.5, 97.5])
         ci = {"low": float(lo), "high": float(hi), "trials": len(common), "resamples": n_boot,
-              "estimate": _ratio_of_sums(before, after)}  # fmt: skip
+              "estimate": float(before.sum() / after.sum())}  # fmt: skip
     complete = [p["share"] for p in per_repeat if p["complete"]]
     return {
         "repeats": per_repeat,
@@ -197,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = a.work or Path(tempfile.mkdtemp(prefix="bench-suite-share-"))
         rc = run_regress(a.before, a.after, a.repeats, run)
-        if rc not in (0, 1):
-            msg = f"'suite regress' stopped (exit {rc}); rerun with --work {run} to resume"
-            print(f"bench_suite_share: {msg}", file=sys.stderr)
+        if rc == 130:  # Ctrl-C: the finished trials are kept in the run folder
+            print(f"bench_suite_share: interrupted; rerun with --work {run} to resume", file=sys.stderr)
+            return rc
+        if rc not in (0, 1):  # 'suite regress' said why in its own error line (a bad revision, a failed build)
             return rc
         print(f"run folder: {run}")
     repeats = collect(run)
