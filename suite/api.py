@@ -34,7 +34,6 @@ from suite.algorithms.actor_critic import (
     ppo_policy_value_loss,
 )
 from suite.algorithms.core import (
-    Diverged,
     GradientStepper,
     Minibatch,
     RewardNormalizer,
@@ -48,7 +47,7 @@ from suite.algorithms.core import (
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule, build_config, config_to_dict, load_toml
 from suite.envs import EnvSpec, final_observations, finished_episodes, get_env_spec, make_vec_env, register_env_spec
-from suite.errors import UserError
+from suite.errors import Diverged, UserError
 from suite.registry import AlgorithmSpec, get_algorithm, register
 from suite.trial import PHASES, Agent, TrialContext, eval_seeds
 

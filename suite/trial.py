@@ -33,7 +33,7 @@ import torch
 from suite import __version__
 from suite.config import config_identity, config_to_dict, stable_hash
 from suite.envs import env_label, finished_episodes, get_env_spec, make_vec_env, resolve_env_kwargs
-from suite.errors import UserError
+from suite.errors import Diverged, UserError
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
 from suite.textmatch import record_sample_diversity
 
@@ -456,7 +456,6 @@ def run_trial(
 ) -> dict[str, Any]:
     """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial.
     ``memory_capture``: with ``memory_profile="full"``, keep memray's capture file there (for a flame graph)."""
-    from suite.algorithms.core import Diverged
     from suite.profile.memory import start_memory_probe
     from suite.provenance import utc_now_iso
 

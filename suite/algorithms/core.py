@@ -31,16 +31,12 @@ from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel, fast_
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule
 from suite.envs import final_observations, finished_episodes
-from suite.errors import UserError
+from suite.errors import Diverged, UserError
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
     from suite.trial import TrialContext
-
-
-class Diverged(RuntimeError):
-    """A loss, gradient or parameter became NaN/inf; the trial is recorded as ``diverged``."""
 
 
 # -- advantage estimation ---------------------------------------------------------------------------------
