@@ -18,6 +18,7 @@ import os
 import platform
 import socket
 import subprocess
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,21 @@ KEY_PACKAGES: tuple[str, ...] = (
 """Distributions whose versions can change results; looked up by distribution name, not import name."""
 
 _GIT_TIMEOUT_S = 10.0
+
+
+def _no_plugins(algo: str, env_id: str) -> dict[str, Any]:
+    return {"algo_plugin": None, "env_plugin": None, "plugins": []}
+
+
+_PLUGIN_SOURCE: list[Callable[[str, str], dict[str, Any]]] = [_no_plugins]
+"""Where the plugin fields come from (:func:`set_plugin_source`); until a plugin layer is imported no plugin is
+loaded, and the fields say so."""
+
+
+def set_plugin_source(source: Callable[[str, str], dict[str, Any]]) -> None:
+    """Install ``source(algo, env_id) -> {"algo_plugin", "env_plugin", "plugins"}`` (the plugin loader installs
+    :func:`suite.plugins.provenance_of` when it is imported; this module never imports it)."""
+    _PLUGIN_SOURCE[:] = [source]
 
 
 def utc_now_iso() -> str:
@@ -76,8 +92,6 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         source, sha256}`` of the plugin providing the algorithm / env spec, None for the suite's own) and
         ``plugins`` (every plugin loaded in the process).
     """
-    from suite.plugins import provenance_of
-
     commit, dirty = _git_state(_suite_root())
     return {
         "format_version": PROVENANCE_FORMAT_VERSION,
@@ -94,16 +108,16 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         "cpu_count_usable": _usable_cpu_count(),
         "torch_threads": int(threads),
         "hostname": socket.gethostname(),
-        **provenance_of(algo or "", env_id or ""),
+        **_PLUGIN_SOURCE[0](algo or "", env_id or ""),
     }
 
 
 def warm() -> None:
     """Fill this process's provenance caches (git state, package versions, CPU, platform). The trial forkservers call
-    it when they start (:mod:`suite.executors.preload`): their trial processes are born with the caches filled, where
-    each filled them itself before (two ``git rev-parse``, ``git status``, package metadata, ``uname -p``: 27-30 ms
-    of every trial, when it recorded its provenance; 2026-12-04). So a trial records the checkout's state when its
-    run started, the code its forkserver imported."""
+    it when they start (:mod:`suite.executors.preload`), so their trial processes are born with the caches filled
+    instead of each running two ``git rev-parse``, ``git status``, a package metadata scan and ``uname -p`` when it
+    records its provenance. A trial records the checkout's state when its run started, the code its forkserver
+    imported."""
     _git_state(_suite_root())
     _package_versions()
     _cpu_model()

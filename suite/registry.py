@@ -9,24 +9,27 @@ Plugins (:mod:`suite.plugins`) register with the same decorator: installed packa
 ``rl_suite.algorithms`` entry-point group the first time the registry is used, single files are loaded with
 ``--plugin``. An id or alias that is already taken, by a built-in or by another plugin, raises
 :class:`DuplicateIdError`: nothing is ever overridden. Each entry records the plugin that registered it.
+
+The plugin layer pushes into this module, which never imports it (nor the algorithms): it attributes the
+registrations made while a plugin imports (:func:`attributed_to`) and installs the loader that the look-ups run
+first (:func:`set_loader`: the built-in algorithms, then the installed plugins).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from suite.config import build_config, load_toml
+from suite.context import Agent, TrialContext
 from suite.errors import UserError
 
-if TYPE_CHECKING:
-    from suite.trial import Agent, TrialContext
-
-TrainFn = Callable[["TrialContext", Any], "Agent"]
+TrainFn = Callable[[TrialContext, Any], Agent]
 Hyperparams = str | os.PathLike[str] | Callable[[str], Mapping[str, Any]] | None
 """Per-env defaults: a file name under ``suite/hyperparams/`` (built-ins), a path to a TOML file (plugins), a
 callable ``env_id -> overrides``, or None."""
@@ -98,6 +101,11 @@ class AlgorithmSpec:
 _REGISTRY: dict[str, AlgorithmSpec] = {}
 _ALIASES: dict[str, str] = {}
 _HP_CACHE: dict[str, dict[str, Any]] = {}
+_OWNERS: list[tuple[str, str | None]] = []
+"""Stack of ``(plugin name, version)`` importing right now (pushed by the plugin loader); registrations made now
+belong to the top."""
+_LOADER: list[Callable[[], object]] = []
+"""The loader the look-ups run first (:func:`set_loader`)."""
 
 
 def _hyperparams_table(name: str | os.PathLike[str]) -> dict[str, Any]:
@@ -138,7 +146,6 @@ def register(
         DuplicateIdError: ``id`` or an alias is already registered (built-in or by a plugin).
         ValueError: unknown space kinds.
     """
-    from suite.plugins import current_plugin
 
     def deco(fn: TrainFn) -> TrainFn:
         for name in (id, *aliases):
@@ -149,7 +156,7 @@ def register(
                     f"algorithm id {name!r} is already registered ({kind}, {_owner(taken)}); ids are never "
                     "overridden: choose another id"
                 )
-        plugin = current_plugin()
+        plugin, plugin_version = _OWNERS[-1] if _OWNERS else (None, None)
         bad = set(action_spaces) - {"discrete", "box"} | set(observations) - {"vector", "image"}
         if bad:
             raise ValueError(f"{id}: unknown space kinds {sorted(bad)}")
@@ -168,8 +175,8 @@ def register(
             extra=dict(extra or {}),
             policy_factory=policy_factory,
             imports=tuple(imports),
-            plugin=plugin.name if plugin else None,
-            plugin_version=plugin.version if plugin else None,
+            plugin=plugin,
+            plugin_version=plugin_version,
         )
         for alias in aliases:
             _ALIASES[alias] = id
@@ -178,13 +185,26 @@ def register(
     return deco
 
 
-def _ensure_loaded() -> None:
-    """Register the built-in algorithms, then the installed plugins (entry-point group ``rl_suite.algorithms``).
-    Both happen once per process; later calls cost two look-ups."""
-    import suite.algorithms  # noqa: F401  (registers every built-in algorithm on import)
-    from suite.plugins import load_entry_points
+@contextlib.contextmanager
+def attributed_to(plugin: str, version: str | None) -> Iterator[None]:
+    """Attribute every :func:`register` inside the block to ``plugin`` at ``version`` (the plugin loader wraps each
+    plugin's import in it)."""
+    _OWNERS.append((plugin, version))
+    try:
+        yield
+    finally:
+        _OWNERS.pop()
 
-    load_entry_points()
+
+def set_loader(load: Callable[[], object]) -> None:
+    """Install ``load``, run before every look-up (:func:`get_algorithm`, :func:`list_algorithms`): the plugin layer's
+    "register the built-in algorithms, then the installed plugins", once per process (later calls cost a look-up)."""
+    _LOADER[:] = [load]
+
+
+def _ensure_loaded() -> None:
+    for load in _LOADER:
+        load()
 
 
 def snapshot() -> tuple[dict[str, AlgorithmSpec], dict[str, str]]:
@@ -228,7 +248,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 def check_compatible(algo: AlgorithmSpec, env_id: str) -> None:
     """Raise a UserError before anything runs when ``algo`` cannot handle ``env_id``'s spaces."""
-    from suite.envs import get_env_spec
+    from suite.envs.specs import get_env_spec  # gymnasium and the ALE load with it: not at import
 
     env = get_env_spec(env_id)
     if not algo.supports(env.action_space, env.observation):
