@@ -46,10 +46,14 @@ from suite.algorithms.core import (
 )
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule, build_config, config_to_dict, load_toml
-from suite.envs import EnvSpec, final_observations, finished_episodes, get_env_spec, make_vec_env, register_env_spec
+from suite.context import PHASES, Agent, TrialContext
+from suite.envs.factory import make_vec_env
+from suite.envs.infos import final_observations, finished_episodes
+from suite.envs.specs import EnvSpec, get_env_spec, register_env_spec
 from suite.errors import Diverged, UserError
+from suite.plugins import load_entry_points  # noqa: F401  (importing it installs the look-ups' plugin loader)
 from suite.registry import AlgorithmSpec, get_algorithm, register
-from suite.trial import PHASES, Agent, TrialContext, eval_seeds
+from suite.seeding import eval_seeds
 
 API_VERSION = "1.0"
 """``MAJOR.MINOR`` of this module (see the module doc for what each part promises)."""

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from suite.envs.specs import EnvSpec
 
 PHASES = ("rollout", "advantages", "update", "eval")
 """The phases of a trial, timed (and, with a probe, measured for memory) separately. Every algorithm runs its loop
@@ -55,6 +58,11 @@ class TrialContext(Protocol):
     @property
     def env_id(self) -> str:
         """The trial's env id."""
+        ...
+
+    @property
+    def env_spec(self) -> EnvSpec:
+        """What the suite knows about the env (spaces, episode limit, family)."""
         ...
 
     @property

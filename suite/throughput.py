@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:  # pandas where a frame is read: the executors import this module, trial processes with them
     import pandas as pd
 
-    from suite.store import ResultsStore
+    from suite.store.database import ResultsStore
 
 
 def warmup_of(config: Any) -> int:

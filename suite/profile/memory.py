@@ -163,7 +163,7 @@ def plan_profile(
     (``n_eval_episodes`` episodes), so all variants do the same work.
     """
     from suite.config import config_to_dict
-    from suite.envs import env_label
+    from suite.envs.specs import env_label
     from suite.trial import TrialSpec
 
     if mode not in PROFILE_MODES:
