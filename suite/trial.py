@@ -75,7 +75,7 @@ class TrialSpec:
     in whichever process runs it (worker, Ray task), so they register the same algorithms and envs everywhere.
     Not part of the trial key (the algorithm id and version are); the record's provenance names the plugin."""
     memory_profile: str = "rss"
-    """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.profile.memory`). Not part of the
+    """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.memory_probe`). Not part of the
     key: it measures, it never changes a result."""
 
     def resolve(self) -> ResolvedTrial:

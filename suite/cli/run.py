@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
     if len(specs) > LARGE_RUN_TRIALS and not args.yes:
-        # Before resolving (about 2 ms a trial): a mistyped --seeds 0-100000 is questioned at once.
+        # Before resolving (which takes time per trial): a mistyped --seeds 0-100000 is questioned at once.
         confirm_plan(make_plan(specs, recorded=None, db_path=db_path, workers=worker_count(options.workers)), assume_yes=False)
         options = dataclasses.replace(options, assume_yes=True)
     resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs

@@ -20,9 +20,8 @@ from suite.errors import UserError
 VECTORIZATIONS = ("auto", "sync", "async")
 """Allowed values of ``make_vec_env(vectorization=...)``."""
 
-# "auto" never picks async: on the 2-core dev machine (load from other jobs, best of 3) Pong async was no faster
-# than sync (n_envs 2/4/8: sync 2.0-2.5k, async 1.2-2.6k agent steps/s, no consistent winner), Hopper and
-# LunarLander were 2-4x slower async (IPC dominates), and worker processes compete with the learner for the cores.
+# "auto" never picks async: measured, no family stepped consistently faster async than sync (the inter-process
+# traffic costs more than the env, and worker processes compete with the learner for the cores; docs/design.md).
 _AUTO_ASYNC_FAMILIES: frozenset[str] = frozenset()
 
 
@@ -40,7 +39,7 @@ def make_single_env(env_id: str, env_kwargs: Mapping[str, Any], training: bool, 
         # v5 would skip 4 frames itself; AtariPreprocessing skips, so the ALE must not (published.md pitfall:
         # skipping in both gives 16). repeat_action_probability keeps v5's 0.25 (Machado et al. 2018).
         # obs_type="grayscale": AtariPreprocessing reads the screen from the ALE itself, so an RGB copy per
-        # frame is wasted work (measured 2.1k -> 2.6k agent steps/s for one env).
+        # frame is wasted work.
         env = gym.make(env_id, frameskip=1, obs_type="grayscale")
         env = AtariPreprocessing(
             env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, terminal_on_life_loss=False

@@ -126,21 +126,15 @@ class StoreConnection:
     def _add_coordination_tables(self, conn: sqlite3.Connection) -> None:
         """Create ``runs``/``claims`` in a file written before they existed (one transaction; another process may
         be doing the same, so look again under the lock)."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             have = self._table_names(conn)
             for name, statement in COORDINATION_SCHEMA.items():
                 if name not in have:
                     conn.execute(statement)
-            conn.execute("COMMIT")
-        except BaseException:
-            rollback(conn)
-            raise
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
         """Add the trial columns of later schema versions (nullable), in one transaction, then bump the version."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:  # another process may have won
                 have = {row[1] for row in conn.execute("PRAGMA table_info(trials)")}
                 for name, kind in TRIAL_COLUMNS.items():
@@ -148,15 +142,10 @@ class StoreConnection:
                         conn.execute(f"ALTER TABLE trials ADD COLUMN {name} {SQL_TYPES[kind]}")
                 conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            rollback(conn)
-            raise
 
     def _create_schema(self, conn: sqlite3.Connection) -> None:
         # Several workers may open a fresh path at the same moment: take the write lock, then look again.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             if conn.execute("PRAGMA application_id").fetchone()[0] == 0 and not self._table_names(conn):
                 for statement in (*SCHEMA_STATEMENTS, *COORDINATION_SCHEMA.values()):
                     conn.execute(statement)
@@ -172,10 +161,6 @@ class StoreConnection:
                 # Header fields are written in the same transaction, so a half-created file cannot exist.
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            rollback(conn)
-            raise
 
     @staticmethod
     def _table_names(conn: sqlite3.Connection) -> set[str]:
@@ -207,16 +192,22 @@ class StoreConnection:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        # IMMEDIATE takes the write lock up front; a deferred transaction that upgrades later can fail with
-        # SQLITE_BUSY without waiting for busy_timeout.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn) as conn:
             yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            rollback(conn)
-            raise
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction: ``BEGIN IMMEDIATE``, then ``COMMIT``, or a rollback on any exception. IMMEDIATE takes
+    the write lock up front; a deferred transaction that upgrades later can fail with SQLITE_BUSY without waiting for
+    busy_timeout."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
 
 
 def rollback(conn: sqlite3.Connection) -> None:
