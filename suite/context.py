@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
+if TYPE_CHECKING:  # annotations only: importing the protocols costs nothing
+    import numpy as np
 
-if TYPE_CHECKING:
     from suite.envs.specs import EnvSpec
 
 PHASES = ("rollout", "advantages", "update", "eval")

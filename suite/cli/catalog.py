@@ -17,7 +17,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from suite.envs import list_envs
+    from suite.envs.specs import list_envs
     from suite.plugins import loaded_plugins
     from suite.registry import list_algorithms
     from suite.study import list_studies

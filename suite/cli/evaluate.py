@@ -20,7 +20,8 @@ def add_parser(sub: Any) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from suite.trial import eval_seeds, evaluate_policy, load_policy
+    from suite.seeding import eval_seeds
+    from suite.trial import evaluate_policy, load_policy
 
     policy, payload = load_policy(args.model)
     returns, lengths = evaluate_policy(

@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.report import write_report
-    from suite.store import default_db_path
+    from suite.store.schema import default_db_path
 
     path = default_db_path(args.db)
     if not path.exists():
@@ -38,7 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _only_study(path: Path) -> str:
     """The study a bare ``suite report`` means: the database's only study, else ``default`` if it has one."""
-    from suite.store import ResultsStore
+    from suite.store.database import ResultsStore
 
     with ResultsStore(path, create=False) as store:
         studies = store.studies()

@@ -39,7 +39,7 @@ def _slug(text: str) -> str:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from suite.claims import load_claim_set
     from suite.claims.reproduce import reproduce
-    from suite.store import default_db_path
+    from suite.store.schema import default_db_path
     from suite.study import parse_seeds
 
     options = exec_options(args, on_finish=None)

@@ -26,7 +26,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from suite.store import ResultsStore, default_db_path
+    from suite.store.database import ResultsStore
+    from suite.store.schema import default_db_path
 
     path = default_db_path(args.db)
     if not path.exists():
@@ -50,7 +51,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from suite.store import ResultsStore, default_db_path
+    from suite.store.database import ResultsStore
+    from suite.store.schema import default_db_path
 
     path = default_db_path(args.db)
     if not path.exists():
@@ -62,7 +64,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from suite.store import ResultsStore, default_db_path
+    from suite.store.database import ResultsStore
+    from suite.store.schema import default_db_path
 
     path = default_db_path(args.db)
     for source in args.sources:  # every source checked before this database is opened (or created)

@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from suite.executors import LARGE_RUN_TRIALS, confirm_plan, execute, make_plan
     from suite.executors.common import worker_count
-    from suite.store import default_db_path
+    from suite.store.schema import default_db_path
     from suite.study import load_study, parse_seeds, parse_study
 
     if args.steps is not None and args.steps < 1:
