@@ -21,8 +21,9 @@ provenance (:func:`provenance_of`).
 
 This module pushes into the floors below it, which never import it: each plugin's import runs inside
 :func:`suite.registry.attributed_to` and :func:`suite.envs.specs.attributed_to`, and on import it installs
-:func:`load_entry_points` as the registries' loader and :func:`provenance_of` as the source of provenance's plugin
-fields.
+:func:`load_entry_points` and :func:`provenance_of` in :mod:`suite.loading`, where the registries and provenance
+find them. It imports only the standard library and the foundation at the top (the registries and envs when it
+loads something), so any command may import it first.
 """
 
 from __future__ import annotations
@@ -39,10 +40,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from suite import provenance, registry
-from suite.envs import specs
+from suite import loading
 from suite.errors import UserError
-from suite.registry import DuplicateIdError
 
 ALGORITHMS_GROUP = "rl_suite.algorithms"
 """Entry-point group of algorithm plugins (a module that registers algorithms when imported)."""
@@ -240,6 +239,9 @@ def _import_registering(key: str, info: PluginInfo, run: Any) -> PluginInfo:
 
     On any failure the registrations it made are removed again and one UserError names the plugin.
     """
+    from suite import registry
+    from suite.envs import specs
+
     algos_before, envs_before = registry.snapshot(), specs.snapshot_env_specs()
     modules_before = set(sys.modules)
     try:
@@ -270,6 +272,8 @@ def _import_registering(key: str, info: PluginInfo, run: Any) -> PluginInfo:
 
 def _failure_message(info: PluginInfo, exc: BaseException) -> str:
     """One line: which plugin, where from, and what went wrong."""
+    from suite.registry import DuplicateIdError
+
     what = f"plugin {info.name!r}" + (f" {info.version}" if info.version else "") + f" ({info.source})"
     if isinstance(exc, DuplicateIdError | UserError):
         return f"{what}: {_one_line(str(exc))}"
@@ -300,6 +304,9 @@ def _distribution_of(module: str) -> tuple[str, str] | None:
 def isolated() -> Iterator[None]:
     """Run a block, then forget the plugins loaded inside it and remove what they registered (for tests that load
     plugins in-process; a real process never unloads a plugin)."""
+    from suite import registry
+    from suite.envs import specs
+
     global _ENTRY_POINTS_DONE
     loaded, done = dict(_LOADED), _ENTRY_POINTS_DONE
     algos, env_specs = registry.snapshot(), specs.snapshot_env_specs()
@@ -315,6 +322,4 @@ def isolated() -> Iterator[None]:
         specs.restore_env_specs(env_specs)
 
 
-registry.set_loader(load_entry_points)
-specs.set_loader(load_entry_points)
-provenance.set_plugin_source(provenance_of)
+loading.install(load_entry_points, provenance_of)

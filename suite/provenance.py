@@ -18,12 +18,12 @@ import os
 import platform
 import socket
 import subprocess
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import suite
+from suite.loading import plugin_provenance
 
 PROVENANCE_FORMAT_VERSION = 1
 """Bumped when keys of :func:`collect_provenance`'s dict are renamed or removed (adding keys does not bump it)."""
@@ -42,21 +42,6 @@ KEY_PACKAGES: tuple[str, ...] = (
 """Distributions whose versions can change results; looked up by distribution name, not import name."""
 
 _GIT_TIMEOUT_S = 10.0
-
-
-def _no_plugins(algo: str, env_id: str) -> dict[str, Any]:
-    return {"algo_plugin": None, "env_plugin": None, "plugins": []}
-
-
-_PLUGIN_SOURCE: list[Callable[[str, str], dict[str, Any]]] = [_no_plugins]
-"""Where the plugin fields come from (:func:`set_plugin_source`); until a plugin layer is imported no plugin is
-loaded, and the fields say so."""
-
-
-def set_plugin_source(source: Callable[[str, str], dict[str, Any]]) -> None:
-    """Install ``source(algo, env_id) -> {"algo_plugin", "env_plugin", "plugins"}`` (the plugin loader installs
-    :func:`suite.plugins.provenance_of` when it is imported; this module never imports it)."""
-    _PLUGIN_SOURCE[:] = [source]
 
 
 def utc_now_iso() -> str:
@@ -108,7 +93,7 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         "cpu_count_usable": _usable_cpu_count(),
         "torch_threads": int(threads),
         "hostname": socket.gethostname(),
-        **_PLUGIN_SOURCE[0](algo or "", env_id or ""),
+        **plugin_provenance(algo or "", env_id or ""),
     }
 
 

@@ -11,8 +11,8 @@ Plugins (:mod:`suite.plugins`) register with the same decorator: installed packa
 :class:`DuplicateIdError`: nothing is ever overridden. Each entry records the plugin that registered it.
 
 The plugin layer pushes into this module, which never imports it (nor the algorithms): it attributes the
-registrations made while a plugin imports (:func:`attributed_to`) and installs the loader that the look-ups run
-first (:func:`set_loader`: the built-in algorithms, then the installed plugins).
+registrations made while a plugin imports (:func:`attributed_to`), and the look-ups first run the loader it installs
+(:func:`suite.loading.load_installed`: the built-in algorithms, then the installed plugins).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 from suite.config import build_config, load_toml
 from suite.context import Agent, TrialContext
 from suite.errors import UserError
+from suite.loading import load_installed
 
 TrainFn = Callable[[TrialContext, Any], Agent]
 Hyperparams = str | os.PathLike[str] | Callable[[str], Mapping[str, Any]] | None
@@ -104,8 +105,6 @@ _HP_CACHE: dict[str, dict[str, Any]] = {}
 _OWNERS: list[tuple[str, str | None]] = []
 """Stack of ``(plugin name, version)`` importing right now (pushed by the plugin loader); registrations made now
 belong to the top."""
-_LOADER: list[Callable[[], object]] = []
-"""The loader the look-ups run first (:func:`set_loader`)."""
 
 
 def _hyperparams_table(name: str | os.PathLike[str]) -> dict[str, Any]:
@@ -196,17 +195,6 @@ def attributed_to(plugin: str, version: str | None) -> Iterator[None]:
         _OWNERS.pop()
 
 
-def set_loader(load: Callable[[], object]) -> None:
-    """Install ``load``, run before every look-up (:func:`get_algorithm`, :func:`list_algorithms`): the plugin layer's
-    "register the built-in algorithms, then the installed plugins", once per process (later calls cost a look-up)."""
-    _LOADER[:] = [load]
-
-
-def _ensure_loaded() -> None:
-    for load in _LOADER:
-        load()
-
-
 def snapshot() -> tuple[dict[str, AlgorithmSpec], dict[str, str]]:
     """Copies of the registry and alias tables (for :func:`restore`: a failed plugin load is undone)."""
     return dict(_REGISTRY), dict(_ALIASES)
@@ -230,13 +218,13 @@ def set_plugin_version(ids: Iterable[str], version: str | None) -> None:
 
 def list_algorithms() -> list[AlgorithmSpec]:
     """Every registered algorithm (built-in and from loaded plugins), sorted by id."""
-    _ensure_loaded()
+    load_installed()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:
     """Look up an id or alias; an unknown name is a UserError listing the ids."""
-    _ensure_loaded()
+    load_installed()
     key = _ALIASES.get(name, name)
     if key not in _REGISTRY:
         raise UserError(

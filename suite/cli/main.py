@@ -12,6 +12,7 @@ from suite.cli import catalog, evaluate, profile, regress, report, reproduce, re
 from suite.cli.options import EXIT_INTERRUPTED, EXIT_USAGE, Parser
 from suite.errors import UserError
 from suite.interrupts import Interrupted, interrupts_after, raising_interrupts
+from suite.plugins import load_plugins  # importing it installs the loader of installed plugins (suite.loading)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,8 +61,6 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
                 parser.print_help()
                 return EXIT_USAGE
             if getattr(args, "plugin", None):
-                from suite.plugins import load_plugins
-
                 load_plugins(args.plugin)  # before anything resolves an algorithm; a broken plugin stops here
             if args.command in TRAINING_COMMANDS:
                 with interrupts_after():  # a Ctrl-C inside ale_py's native import would abort the process

@@ -3,15 +3,15 @@
 The five built-in ids have hand-written specs; any other registered gymnasium id gets an inferred one
 (:func:`get_env_spec`); a plugin may register its own (:func:`register_env_spec`). The plugin loader
 (:mod:`suite.plugins`) pushes into this registry: it attributes the specs registered while a plugin imports
-(:func:`attributed_to`) and installs the loader that :func:`get_env_spec` runs for an id it does not know yet
-(:func:`set_loader`); this module never imports the loader.
+(:func:`attributed_to`), and :func:`get_env_spec` runs the loader it installs (:func:`suite.loading.load_installed`)
+for an id it does not know yet; this module never imports the plugin layer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +20,7 @@ import ale_py
 import gymnasium as gym
 
 from suite.errors import UserError
+from suite.loading import load_installed
 from suite.textmatch import CHARSETS, DEFAULT_TARGETS, TextMatchEnv, validate_text_target
 
 gym.register_envs(ale_py)  # makes the "ALE/..." ids known to gym.make
@@ -168,8 +169,6 @@ _add_spec(
 
 _OWNERS: list[str] = []
 """Stack of plugins importing right now (pushed by the plugin loader); a spec registered now belongs to the top."""
-_LOADER: list[Callable[[], object]] = []
-"""The loader of installed plugins (:func:`set_loader`), run before an id is looked up among plugin specs."""
 
 
 @contextlib.contextmanager
@@ -181,12 +180,6 @@ def attributed_to(plugin: str) -> Iterator[None]:
         yield
     finally:
         _OWNERS.pop()
-
-
-def set_loader(load: Callable[[], object]) -> None:
-    """Install ``load`` (the plugin layer's "load the installed plugins", idempotent) to run before an id that is
-    neither built-in nor registered yet is looked up: an installed env plugin may register it."""
-    _LOADER[:] = [load]
 
 
 def register_env_spec(spec: EnvSpec) -> EnvSpec:
@@ -259,8 +252,7 @@ def get_env_spec(env_id: str) -> EnvSpec:
     if spec is not None:
         return spec
     if env_id not in _PLUGIN_SPECS:
-        for load in _LOADER:
-            load()  # installed env plugins (entry-point group rl_suite.envs) may register it
+        load_installed()  # installed env plugins (entry-point group rl_suite.envs) may register it
     if env_id in _PLUGIN_SPECS:
         return _PLUGIN_SPECS[env_id][0]
     if env_id not in _INFERRED:
