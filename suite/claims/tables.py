@@ -398,19 +398,14 @@ def write_tables(
     label = "".join(ch if ch.isalnum() else "-" for ch in claims.name)
     wrap = latex_out.WRAP
     note = f"Tier {tier}; rule: {RULE_DOC}."
-    (out_dir / "table.tex").write_text(
-        latex_out.render_table(
-            layout, label=f"tab:{label}", note=note, widths=[r"p{0.16\linewidth}"] + [wrap] * len(claims.columns)
-        ),
-        encoding="utf-8",
-    )
-    short = _latex_cells(claims, results)
-    (out_dir / "cells.tex").write_text(
-        latex_out.render_table(short, label=f"tab:{label}-cells", note=note,
-                               widths=[r"p{0.14\linewidth}", r"p{0.12\linewidth}", r"p{0.13\linewidth}", wrap,
-                                       r"p{0.11\linewidth}", wrap]),
-        encoding="utf-8",
-    )  # fmt: skip
+    head = f"% STAND-IN: {latex_out.latex_escape(claims.stand_in)}\n" if claims.stand_in else ""
+    first = r">{\raggedright\arraybackslash}p{0.16\linewidth}"
+    table_tex = latex_out.render_table(layout, label=f"tab:{label}", note=note, widths=[first] + [wrap] * len(claims.columns))
+    (out_dir / "table.tex").write_text(head + table_tex, encoding="utf-8")
+    rag = r">{\raggedright\arraybackslash}p"
+    widths = [wrap, rag + r"{0.13\linewidth}", rag + r"{0.17\linewidth}", rag + r"{0.16\linewidth}", wrap]
+    cells_tex = latex_out.render_table(_latex_cells(claims, results), label=f"tab:{label}-cells", note=note, widths=widths)
+    (out_dir / "cells.tex").write_text(head + cells_tex, encoding="utf-8")
 
     doc = _document(claims, results, layout, cells, tier=tier, db_path=db_path, command=command)
     (out_dir / "report.md").write_text(md_out.render_document(doc), encoding="utf-8")
@@ -422,10 +417,10 @@ def write_tables(
 def _latex_cells(claims: ClaimSet, results: list[CellResult]) -> DisplayTable:
     """Every cell for a paper: row and column, claim, measurement, verdict, why (the rest is in the CSV)."""
     spec = TableSpec("cells", f"{claims.title}: every cell", _caption(claims), ())
-    headers = ["Cell", "Claimed", "Measured [95% CI]", "Judged", "Verdict", "Why"]
+    headers = ["Cell", "Claimed", "Measured [95% CI]", "Verdict", "Why"]
     table = DisplayTable(spec=spec, headers=headers, numeric=[False] * len(headers))
     for r in results:
-        table.rows.append([DCell(r.cell.label), DCell(claimed_text(r.cell)), DCell(measured_text(r)), DCell(_judged(r)),
+        table.rows.append([DCell(r.cell.label), DCell(claimed_text(r.cell)), DCell(measured_text(r)),
                            DCell(r.verdict, bold=True), DCell(_short(_why(r), 240))])  # fmt: skip
     return table
 

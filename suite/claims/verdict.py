@@ -182,8 +182,8 @@ def _impossible(claims: ClaimSet, cell: Cell) -> tuple[str, dict[str, str]] | No
         if interval[0] < lo - 1e-12 or interval[1] > hi + 1e-12:
             return (f"{_claim_text(cell)} is outside what the measured procedure can produce, [{lo:g}, {hi:g}] "
                     f"({cell.attainable_source})"), {}  # fmt: skip
-    if claims.stand_in or cell.metric not in RETURN_METRICS:
-        return None  # a stand-in's claims are numbers of another task
+    if cell.metric not in RETURN_METRICS or (claims.stand_in and cell.comparison != "value"):
+        return None  # a stand-in's comparisons are of another task's numbers
     ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
     if not ref.bounded:
         return None
@@ -250,9 +250,9 @@ def _plan(cell: Cell, a: np.ndarray, b: np.ndarray | None, pm: float | None) -> 
         point = float(a.mean())
 
         def at(n: int) -> Difference:
-            parts = [Component(s2 / n, n - 1.0)]
-            if kind in ("single_run", "single_agent"):
-                parts.append(Component(s2, a.size - 1.0))  # the claim is one draw
+            # One estimate of the spread serves the mean's variance and the claim's single draw: one component.
+            draw = 1.0 if kind in ("single_run", "single_agent") else 0.0
+            parts = [Component(s2 * (1.0 / n + draw), n - 1.0)]
             if kind == "single_agent" and pm is not None and cell.claim_episodes:
                 parts.append(Component(pm**2 / cell.claim_episodes, cell.claim_episodes - 1.0))
             if kind == "mean_over_seeds" and pm is not None and cell.claim_n:
@@ -270,10 +270,8 @@ def _plan(cell: Cell, a: np.ndarray, b: np.ndarray | None, pm: float | None) -> 
         noisy = cell.claim_noise == "single_run" and cell.direction is None
 
         def at(n: int) -> Difference:
-            parts = [Component(sa2 / n, n - 1.0), Component(sb2 / n, n - 1.0)]
-            if noisy:
-                parts += [Component(sa2, a.size - 1.0), Component(sb2, b.size - 1.0)]
-            return Difference(point, tuple(parts))
+            draw = 1.0 if noisy else 0.0
+            return Difference(point, (Component(sa2 * (1.0 / n + draw), n - 1.0), Component(sb2 * (1.0 / n + draw), n - 1.0)))
 
         alone = Difference(point, (welch_components(a), welch_components(b)))
         lo, hi = alone.interval(0.95)
@@ -290,10 +288,8 @@ def _ratio_plan(cell: Cell, a: np.ndarray, b: np.ndarray) -> _Plan:
     noisy = cell.claim_noise == "single_run"
 
     def at(n: int) -> Difference:
-        parts = [Component(ra2 / n, n - 1.0), Component(rb2 / n, n - 1.0)]
-        if noisy:
-            parts += [Component(ra2, a.size - 1.0), Component(rb2, b.size - 1.0)]
-        return Difference(point, tuple(parts))
+        draw = 1.0 if noisy else 0.0
+        return Difference(point, (Component(ra2 * (1.0 / n + draw), n - 1.0), Component(rb2 * (1.0 / n + draw), n - 1.0)))
 
     lo, hi = Difference(point, (Component(ra2 / a.size, a.size - 1.0), Component(rb2 / b.size, b.size - 1.0))).interval(0.95)
     method = "delta method on the log ratio" + (", each claimed value one run" if noisy else "")

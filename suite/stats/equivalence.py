@@ -98,16 +98,6 @@ def welch_components(values: np.ndarray) -> Component:
     return Component(float(values.var(ddof=1)) / n, n - 1.0)
 
 
-def single_draw_component(values: np.ndarray) -> Component:
-    """The variance of ONE run drawn from the distribution the runs sample, ``s^2`` with ``n - 1`` df: what a claim
-    made from one run adds to the difference (Patil, Peng & Leek 2016)."""
-    values = np.asarray(values, dtype=float)
-    n = values.size
-    if n < 2:
-        return Component(math.nan, math.nan)
-    return Component(float(values.var(ddof=1)), n - 1.0)
-
-
 def equivalence_p(diff: Difference, lo: float, hi: float) -> float:
     """TOST p-value that the difference lies inside ``[lo, hi]`` (``lo`` may be ``-inf``, ``hi`` ``+inf``): the larger
     of the two one-sided p-values. ``<= alpha`` iff the ``1 - 2 alpha`` interval lies inside the band. With zero
