@@ -250,6 +250,9 @@ def best_settled(
                     kept = best.get(result.index)
                     if kept is None or _rank(result) < _rank(kept):
                         best[result.index] = result
+    for result in best.values():
+        if result.judgement.code == "not_run" and all(not a.n_ok for a in result.arms):
+            result.records = ""  # recorded nowhere
     return [best[i] for i in sorted(best)]
 
 

@@ -399,7 +399,7 @@ def write_tables(
     wrap = latex_out.WRAP
     note = f"Tier {tier}; rule: {RULE_DOC}."
     head = f"% STAND-IN: {latex_out.latex_escape(claims.stand_in)}\n" if claims.stand_in else ""
-    first = r">{\raggedright\arraybackslash}p{0.16\linewidth}"
+    first = r">{\raggedright\arraybackslash}p{0.2\linewidth}"
     table_tex = latex_out.render_table(layout, label=f"tab:{label}", note=note, widths=[first] + [wrap] * len(claims.columns))
     (out_dir / "table.tex").write_text(head + table_tex, encoding="utf-8")
     rag = r">{\raggedright\arraybackslash}p"

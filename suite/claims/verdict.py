@@ -486,10 +486,11 @@ def judge(
         f"and the 95% interval {_fmt_interval(i95, plan.scale)} not outside it"
     )
     if need is None:
+        own_noise = cell.comparison == "value" or (cell.claim_noise == "single_run" and cell.direction is None)
         floor = (
-            "; the claim's own single-run noise keeps the interval this wide however many seeds run: no number "
-            "of seeds settles it"
-            if cell.kind in ("single_run", "single_agent") or cell.claim_noise == "single_run"
+            "; the claim's own noise (one run, or its stated spread) keeps the interval this wide however many seeds "
+            "run: no number of seeds settles it"
+            if own_noise
             else ""
         )
         return Judgement(

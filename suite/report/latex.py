@@ -60,6 +60,17 @@ def tex_quotes(text: str) -> str:
     return _OPEN_SINGLE.sub(lambda m: m.group(1) + "`", text)
 
 
+_BREAK_AFTER = re.compile(r"(/|\\_|(?<=[a-z])\.(?=[a-z]))")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
+
+
+def breakable(body: str) -> str:
+    """Let TeX break a long identifier in a wrapping column: after ``/``, ``_`` and a dot inside a name
+    (``suite/textmatch.py``, ``ppo_continuous_action.py``), and between the words of a CamelCase name."""
+    body = _BREAK_AFTER.sub(lambda m: m.group(1) + r"\allowbreak{}", body)
+    return _CAMEL.sub(lambda m: r"\allowbreak{}", body)
+
+
 def format_cell(cell: Cell) -> str:
     """A cell's LaTeX: escaped, cut to :data:`MAX_TEXT`, minus signs in numbers, bold if best."""
     text = cell.text if len(cell.text) <= MAX_TEXT else cell.text[: MAX_TEXT - 3] + "..."
@@ -113,7 +124,8 @@ def render_table(table: DisplayTable, *, label: str, note: str = "", widths: lis
     ]
     if not table.rows:
         lines.append(rf"\multicolumn{{{len(table.headers)}}}{{l}}{{none}} \\")
+    wraps = widths is not None
     for row in table.rows:
-        lines.append(" & ".join(format_cell(cell) for cell in row) + r" \\")
+        lines.append(" & ".join(breakable(format_cell(c)) if wraps else format_cell(c) for c in row) + r" \\")
     lines += [r"\bottomrule", end, r"\end{table}", ""]
     return "\n".join(lines)

@@ -134,11 +134,7 @@ def power(diff: Difference, lo: float, hi: float, alpha: float = ALPHA) -> float
         return max(0.0, upper + lower - 1)
     t = _t_quantile(1 - alpha / 2, df)
     edge = hi if d > hi else lo
-    return 1 - float(
-        scipy.stats.norm.cdf(abs(d - edge) / se - t)
-        if not math.isfinite(df)
-        else scipy.stats.t.cdf(abs(d - edge) / se - t, df)
-    )
+    return 1 - _t_sf(abs(d - edge) / se - t, df)  # P(the far end of the interval clears the edge)
 
 
 def seeds_to_settle(
