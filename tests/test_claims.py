@@ -22,8 +22,8 @@ from suite.study import TIERS
 from suite.textmatch import sample_diversity
 
 SHIPPED = (
-    "cleanrl-benchmark", "ppo-rlvr-prm-ablation", "seed000-memory", "seed000-text", "seed003-textmatch", "seed004-table",
-    "zoo-benchmark",
+    "cleanrl-benchmark", "ppo-rlvr-prm-ablation", "seed000-memory", "seed000-text", "seed003-textmatch", "seed004-curves",
+    "seed004-table", "zoo-benchmark",
 )  # fmt: skip
 
 
@@ -49,7 +49,8 @@ def test_every_shipped_claim_set_loads_and_expands_at_every_tier() -> None:
             expansion = claims.expand(tier)
             assert len(expansion.cell_keys) == len(claims.cells)
             for i, cell in enumerate(claims.cells):
-                assert [len(keys) for keys in expansion.cell_keys[i].values()] == [len(cell.seeds)] * len(cell.arms)
+                points = [max(len(arm.sweep_values), 1) for arm in cell.arms]  # a sweep runs every point per seed
+                assert [len(keys) for keys in expansion.cell_keys[i].values()] == [len(cell.seeds) * p for p in points]
 
 
 def test_seed004_table_has_the_documents_four_rows_and_budgets() -> None:
@@ -87,9 +88,15 @@ def test_published_cells_read_the_published_csv() -> None:
 def test_seed000_text_is_a_labelled_stand_in_with_both_clip_readings() -> None:
     claims = load_claim_set("seed000-text")
     assert "stand-in" in claims.stand_in.lower() or "CNN/DailyMail" in claims.stand_in
-    rules = {c.row.split("clip_rule = ")[1]: c.arm.overrides_for(c.env_id)["clip_rule"] for c in claims.cells}
+    rules = {
+        c.row.split("clip_rule = ")[1]: c.arm.overrides_for(c.env_id)["clip_rule"]
+        for c in claims.cells
+        if "clip_rule =" in c.row
+    }
     assert rules == {"ratio": "ratio", "tracking": "tracking"}
     assert {c.metric for c in claims.cells} == {"steps_to_threshold", "final_return", "sample_diversity", "stability"}
+    swept = {c.arm.name: (c.arm.sweep_key, c.arm.sweep_values) for c in claims.cells if c.arm.sweep_key}
+    assert swept == {"ratio_lr": ("learning_rate", (1e-4, 3e-4, 1e-3, 3e-3)), "ratio_clip": ("clip_range", (0.1, 0.2, 0.3))}
 
 
 def test_ablation_switches_each_difference_on_alone_over_ppos_hyperparameters() -> None:

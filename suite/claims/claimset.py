@@ -125,7 +125,7 @@ DEFAULT_TOLERANCE_FRACTION = 0.1
 SET_KEYS = {"name", "title", "source", "location", "description", "stand_in", "tier", "seeds", "metric", "statistic",
             "n_eval_episodes", "eval_freq", "notes", "budgets", "arms", "rows", "kind", "kind_source",
             "tolerance_fraction", "multiplicity", "eval_protocol", "findings", "tolerance", "tolerance_source"}  # fmt: skip
-ARM_KEYS = {"algo", "label", "overrides", "hyperparams_from", "note", "env_kwargs"}
+ARM_KEYS = {"algo", "label", "overrides", "hyperparams_from", "note", "env_kwargs", "sweep"}
 CLAIM_KEYS = {"kind", "kind_source", "role", "relative", "claimed", "claimed_pm", "pm_over", "claimed_a", "claimed_b",
               "claimed_range", "direction", "decimals", "claim_n", "claim_episodes", "claim_noise", "tolerance",
               "tolerance_source", "attainable", "attainable_source", "eval_protocol"}  # fmt: skip
@@ -157,6 +157,18 @@ class Arm:
     """What the arm stands for."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Env options of this arm over the cell's (an arm on another TextMatch target, compared with the cell's)."""
+    sweep_key: str | None = None
+    """A hyperparameter the arm sweeps (``sweep = { learning_rate = [...] }``): each seed runs every value, and the
+    arm's value for that seed is the range (max - min) of the metric over them: how sensitive the result is."""
+    sweep_values: tuple[Any, ...] = ()
+    """The values swept."""
+
+    def sweep_layers(self, env_id: str) -> list[dict[str, Any]]:
+        """The override layer of each point of the sweep (one layer, the arm's own, without a sweep)."""
+        base = self.overrides_for(env_id)
+        if self.sweep_key is None:
+            return [base]
+        return [{**base, self.sweep_key: v} for v in self.sweep_values]
 
     def describe(self) -> str:
         """``algo`` with its overrides, as a table shows it."""
@@ -165,6 +177,8 @@ class Arm:
             parts.append(f"{self.hyperparams_from}'s hyperparameters")
         parts += [f"{k}={_short(v)}" for k, v in sorted(self.overrides.items())]
         parts += [f"env {k}={_short(v)}" for k, v in sorted(self.env_kwargs.items())]
+        if self.sweep_key:
+            parts.append(f"swept over {self.sweep_key} in {', '.join(_short(v) for v in self.sweep_values)}")
         return parts[0] if len(parts) == 1 else f"{parts[0]} ({', '.join(parts[1:])})"
 
     def overrides_for(self, env_id: str) -> dict[str, Any]:
@@ -424,14 +438,15 @@ class ClaimSet:
         steps = int(entry.get(arm.algo, entry["default"])) if isinstance(entry, Mapping) else int(entry)
         return min(steps, cell.budget)
 
-    def trial_spec(self, cell: Cell, arm: Arm, seed: int, tier: str) -> TrialSpec:
-        """The trial behind one seed of one arm of one cell (same for every cell sharing arm, env and budget)."""
+    def trial_spec(self, cell: Cell, arm: Arm, seed: int, tier: str, overrides: Mapping[str, Any] | None = None) -> TrialSpec:
+        """The trial behind one seed of one arm of one cell (same for every cell sharing arm, env and budget);
+        ``overrides``: one point of the arm's sweep (default: the arm's own)."""
         return TrialSpec(
             algo=arm.algo,
             env_id=cell.env_id,
             seed=seed,
             total_timesteps=self.run_budget(cell, arm, tier),
-            overrides=arm.overrides_for(cell.env_id),
+            overrides=dict(overrides) if overrides is not None else arm.overrides_for(cell.env_id),
             env_kwargs=cell.arm_env_kwargs(arm),
             n_eval_episodes=cell.n_eval_episodes or self.n_eval_episodes,
             eval_freq=cell.eval_freq,
@@ -453,11 +468,12 @@ class ClaimSet:
         for i, cell in enumerate(self.cells):
             per_arm: dict[str, list[str]] = {}
             for arm in cell.arms:
-                keys = []
+                keys = []  # seed-major: every point of a sweep for seed 0, then seed 1, ...
                 for seed in seeds if seeds is not None else cell.seeds:
-                    trial = self.trial_spec(cell, arm, seed, tier).resolve()
-                    resolved.setdefault(trial.key, trial)
-                    keys.append(trial.key)
+                    for layer in arm.sweep_layers(cell.env_id):
+                        trial = self.trial_spec(cell, arm, seed, tier, layer).resolve()
+                        resolved.setdefault(trial.key, trial)
+                        keys.append(trial.key)
                 per_arm[arm.name] = keys
             cell_keys[i] = per_arm
         return Expansion(self, tier, resolved, cell_keys)
@@ -774,6 +790,13 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
             raise UserError(f"{at}: missing algo")
         algo = get_algorithm(str(entry["algo"])).id
         donor = entry.get("hyperparams_from")
+        sweep = entry.get("sweep", {})
+        if (
+            not isinstance(sweep, Mapping)
+            or len(sweep) > 1
+            or any(not isinstance(v, list) or len(v) < 2 for v in sweep.values())
+        ):
+            raise UserError(f"{at}: sweep must be {{ <hyperparameter> = [two or more values] }} (one hyperparameter)")
         arms[arm_name] = Arm(
             name=arm_name,
             algo=algo,
@@ -782,6 +805,8 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
             hyperparams_from=get_algorithm(str(donor)).id if donor else None,
             note=str(entry.get("note", "")),
             env_kwargs=dict(entry.get("env_kwargs", {})),
+            sweep_key=next(iter(sweep), None),
+            sweep_values=tuple(next(iter(sweep.values()), ())),
         )
     if not arms:
         raise UserError(f"{where}: a claim set needs at least one arm ([arms.<name>] with algo = ...)")

@@ -114,6 +114,8 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
     runs = [r for r in (frames.run_data(k) for k in ok_keys) if r is not None]
     values = run_values(metric, runs, cell.params)
     watched = observed_until(metric, runs)
+    if arm.sweep_key is not None:
+        values, watched = _sweep_ranges(keys, ok_keys, values, len(arm.sweep_values))
     keep = ~np.isnan(values)
     values, watched = values[keep], watched[keep]
     ok = rows[rows["status"] == "ok"]
@@ -137,6 +139,15 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
         ended=str(rows["ended_at"].dropna().max())[:10] if len(rows) else "",
         machines=sorted({str((p or {}).get("cpu_model") or "unknown CPU") for p in rows["provenance"]}),
     )
+
+
+def _sweep_ranges(keys: list[str], ok_keys: list[str], values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed, the range (max - min) of the metric over the points of a sweep (``keys`` seed-major); NaN for a
+    seed with a point not ok or without a value."""
+    by_key = dict(zip(ok_keys, values, strict=True))
+    grid = np.array([by_key.get(k, np.nan) for k in keys], dtype=float).reshape(-1, points)
+    ranges = np.where(np.isfinite(grid).all(axis=1), grid.max(axis=1) - grid.min(axis=1), np.nan)
+    return ranges, np.full(ranges.size, np.nan)
 
 
 def _from_other_runs(store: ResultsStore, ok: pd.DataFrame, own: Throughput) -> Throughput:

@@ -348,10 +348,10 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
         total = format_number(sum(hours))
         text = f"Settling the {len(pending)} inconclusive cells: about {total} core-hours for {len(hours)} of them"
         if unknown:
-            text += f"; {len(unknown)} have no estimate (the Why column says what they need)"
+            text += f"; {len(unknown)} without an estimate (the Why column says what they need)"
         saturated = sum(r.judgement.code == "saturated" for r in pending)
         if saturated:
-            text += f"; {saturated} saturated cells no run can settle"
+            text += f"; {saturated} saturated (no run can settle them)"
         lines.append(text + ".")
     lines.append(f"The rule, short: {RULE}")
     return lines

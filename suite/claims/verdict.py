@@ -182,7 +182,7 @@ def _impossible(claims: ClaimSet, cell: Cell) -> tuple[str, dict[str, str]] | No
         if interval[0] < lo - 1e-12 or interval[1] > hi + 1e-12:
             return (f"{_claim_text(cell)} is outside what the measured procedure can produce, [{lo:g}, {hi:g}] "
                     f"({cell.attainable_source})"), {}  # fmt: skip
-    if cell.metric not in RETURN_METRICS or (claims.stand_in and cell.comparison != "value"):
+    if cell.metric not in RETURN_METRICS or (claims.stand_in and cell.comparison != "value") or cell.arm.sweep_key:
         return None  # a stand-in's comparisons are of another task's numbers
     ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
     if not ref.bounded:
@@ -312,8 +312,8 @@ def _saturated(claims: ClaimSet, cell: Cell, tol: float, points: Sequence[float]
     """Why the env's cap (or floor) makes the claim indistinguishable from the measurement, or None."""
     if claims.stand_in and cell.comparison == "value":
         return None
-    if cell.metric not in RETURN_METRICS or cell.kind == "ratio":
-        return None
+    if cell.metric not in RETURN_METRICS or cell.kind == "ratio" or cell.arm.sweep_key is not None:
+        return None  # a sweep's values are ranges of returns, not returns
     ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
     for edge, name in ((ref.max_return, "cap"), (ref.min_return, "floor")):
         if not math.isfinite(edge):
@@ -407,7 +407,7 @@ def judge(
         if cell.kind != "ratio" or all((v > 0).all() for v in values):
             plan = _plan(cell, values[0], values[1] if b is not None else None, cell.claimed_pm)
             base |= {"measured": plan.measured, "scale": plan.scale, "method": plan.method}
-            if cell.comparison == "improvement" and cell.metric in RETURN_METRICS:
+            if cell.comparison == "improvement" and cell.metric in RETURN_METRICS and cell.arm.sweep_key is None:
                 ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
                 if ref.normalised:
                     span = (ref.reference_score - ref.random_score) / 100.0
