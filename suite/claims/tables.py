@@ -32,7 +32,7 @@ from suite.claims.claimset import Cell, ClaimSet
 from suite.claims.metrics import get_metric
 from suite.claims.results import CellResult
 from suite.claims.uncovered import uncovered_for
-from suite.claims.verdict import REFERENCE, RULE, STAND_IN_VERDICTS, VERDICTS
+from suite.claims.verdict import REFERENCE, RULE, RULE_SHORT, STAND_IN_VERDICTS, VERDICTS
 from suite.errors import UserError
 from suite.report import html as html_out
 from suite.report import latex as latex_out
@@ -353,7 +353,7 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
         if saturated:
             text += f"; {saturated} saturated (no run can settle them)"
         lines.append(text + ".")
-    lines.append(f"The rule, short: {RULE}")
+    lines.append(RULE_SHORT)
     return lines
 
 
@@ -549,7 +549,7 @@ def terminal_summary(
         )
         if r.verdict not in ("reproduced", "consistent (stand-in)"):
             lines.append(f"  {'':<15}   {_why(r)}")
-    lines += [line for line in headline(claims, results) if not line.startswith("The rule")]
+    lines += [line for line in headline(claims, results) if line != RULE_SHORT]
     lines += changes or []
     lines += textwrap.wrap(RULE, width=width)
     files = "index.html, report.md, table.tex, cells.tex, verdicts.csv, verdicts.json; the records: records.db"

@@ -91,7 +91,13 @@ RULE = (
     "episodes, a mean over seeds). Impossible: a claim the env cannot produce. Saturated: claim and measurement both "
     "within the tolerance of the env's cap. Decisions are Holm-adjusted per set. Full rule: docs/claims.md."
 )
-"""The rule, short, as every table prints it (the whole of it is in ``docs/claims.md`` and this module)."""
+"""The rule in a paragraph, as ``verdicts.json`` and the terminal print it (the whole of it: ``docs/claims.md``)."""
+
+RULE_SHORT = (
+    "Rule: reproduced when the 90% interval lies within the claim's tolerance, not reproduced when the 95% interval "
+    "lies outside it, else inconclusive; docs/claims.md has the rest."
+)
+"""The rule in one line, as each page's headline shows it."""
 
 
 @dataclass(frozen=True)
