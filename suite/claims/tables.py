@@ -337,9 +337,13 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
         lines.append(f"{len(stand_cells)} stand-in cells (not the source's own measurement): {counts(results, 'stand-in')}.")
     if refs:
         lines.append(f"{len(refs)} reference cells shown beside them, not judged or counted.")
-    for r in results:
-        if r.judgement.code in ("impossible", "outside", "equivalent"):
-            lines.append(f"{r.cell.label}: {r.verdict} ({_short(r.reason)}).")
+    for code, word in (("impossible", "Impossible"), ("outside", "Measured outside the claim"),
+                       ("equivalent", "Measured within the claim")):  # fmt: skip
+        decided = [r for r in results if r.judgement.code == code]
+        if decided:
+            shown = "; ".join(f"{r.cell.label} (claimed {claimed_text(r.cell)}, measured {_brief(r)})" for r in decided[:8])
+            more = f"; and {len(decided) - 8} more" if len(decided) > 8 else ""
+            lines.append(f"{word} ({len(decided)}): {shown}{more}.")
     lines += list(claims.findings)
     pending = [r for r in results if "inconclusive" in r.verdict]
     hours = [r.core_hours for r in pending if r.core_hours is not None]
@@ -355,6 +359,14 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
         lines.append(text + ".")
     lines.append(RULE_SHORT)
     return lines
+
+
+def _brief(result: CellResult) -> str:
+    point = result.judgement.measured[0]
+    if math.isnan(point):
+        return "n/a"
+    unit = "x" if result.cell.comparison == "ratio" else ""
+    return f"{format_number(point)}{unit}"
 
 
 def _short(text: str, width: int = 160) -> str:
