@@ -4,6 +4,7 @@ exactly what a version bump changes, labels a stand-in everywhere, and ends a us
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import json
 from pathlib import Path
 
@@ -286,3 +287,22 @@ def test_suite_list_shows_the_claim_sets(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["list", "--json"]) == 0
     listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)["claim_sets"]}
     assert listed["seed004-table"]["cells"] == 16 and listed["seed000-text"]["stand_in"] is True
+
+
+def test_tier_best_takes_each_cells_best_settled_measurement_from_the_folders_records(
+    reproduced: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder whose own records hold nothing and whose detailed run holds the trials: --tier best judges every cell
+    from the detailed run and says so per cell (its records folder, tier and date); it runs nothing."""
+    out = tmp_path / "out"
+    (out / "detail").mkdir(parents=True)
+    shutil.copy(reproduced["db"], out / "detail" / "records.db")
+    ResultsStore(out / "records.db").close()
+    argv = ["reproduce", str(reproduced["toml"]), "--tier", "best", "--db", str(out / "records.db"), "-o", str(out)]
+    assert main(argv) == 2 and "--tier best judges what the records already hold: add --no-run" in capsys.readouterr().err
+    assert main([*argv, "--no-run", "--quiet"]) == 0
+    cells = json.loads((out / "verdicts.json").read_text())["cells"]
+    assert {c["records"] for c in cells} == {"detail/records.db"} and {c["tier"] for c in cells} == {"paper"}
+    assert all(c["date"] for c in cells) and all(c["code"] != "not_run" for c in cells)
+    single = pd.read_csv(reproduced["out"] / "verdicts.csv")
+    assert [c["verdict"] for c in cells] == single["verdict"].tolist()  # the same trials: the same verdicts
