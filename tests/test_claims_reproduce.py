@@ -4,8 +4,8 @@ exactly what a version bump changes, labels a stand-in everywhere, and ends a us
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
