@@ -346,16 +346,19 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
             lines.append(f"{word} ({len(decided)}): {shown}{more}.")
     lines += list(claims.findings)
     pending = [r for r in results if "inconclusive" in r.verdict]
-    hours = [r.core_hours for r in pending if r.core_hours is not None]
-    unknown = [r for r in pending if r.core_hours is None and r.judgement.code not in ("saturated", "multiplicity")]
     if pending:
-        total = format_number(sum(hours))
-        text = f"Settling the {len(pending)} inconclusive cells: about {total} core-hours for {len(hours)} of them"
-        if unknown:
-            text += f"; {len(unknown)} without an estimate (the Why column says what they need)"
-        saturated = sum(r.judgement.code == "saturated" for r in pending)
-        if saturated:
-            text += f"; {saturated} saturated (no run can settle them)"
+        hours = [r.core_hours for r in pending if r.core_hours is not None]
+        rest = [r for r in pending if r.core_hours is None]
+        kinds = Counter(
+            "saturated (no run can settle them)" if r.judgement.code == "saturated"
+            else "not run yet" if r.judgement.code == "not_run"
+            else "beyond more seeds (the claim's own noise is wider than its tolerance)"
+            if r.judgement.code == "wide" and r.seeds_needed is None
+            else "without an estimate (the Why column says what they need)"
+            for r in rest
+        )  # fmt: skip
+        text = f"Settling the {len(pending)} inconclusive cells: about {format_number(sum(hours))} core-hours for {len(hours)}"
+        text += "".join(f"; {n} {what}" for what, n in kinds.most_common())
         lines.append(text + ".")
     lines.append(RULE_SHORT)
     return lines

@@ -349,6 +349,18 @@ def _saturated(claims: ClaimSet, cell: Cell, tol: float, points: Sequence[float]
     return None
 
 
+def _within_range(cell: Cell, measured: tuple[float, float, float]) -> tuple[float, float, float]:
+    """A mean return's interval cut to the returns the env can produce (the mean lies there, so the cut interval
+    covers it as often): 499.1 [495.3, 500] rather than [495.3, 502.9] on CartPole."""
+    if cell.comparison != "value" or cell.metric not in RETURN_METRICS:
+        return measured
+    ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
+    if not ref.bounded:
+        return measured
+    point, lo, hi = measured
+    return point, max(lo, ref.min_return), min(hi, ref.max_return)
+
+
 def _value_tolerance(claims: ClaimSet, cell: Cell, tol: float) -> float:
     """The tolerance of the arms' values themselves (an improvement's own may be capped by its claimed gain): the
     width of the band below the cap in which the ceiling rule applies."""
@@ -412,7 +424,7 @@ def judge(
     if all(v.size >= 2 for v in values) and not censored_value:
         if cell.kind != "ratio" or all((v > 0).all() for v in values):
             plan = _plan(cell, values[0], values[1] if b is not None else None, cell.claimed_pm)
-            base |= {"measured": plan.measured, "scale": plan.scale, "method": plan.method}
+            base |= {"measured": _within_range(cell, plan.measured), "scale": plan.scale, "method": plan.method}
             if cell.comparison == "improvement" and cell.metric in RETURN_METRICS and cell.arm.sweep_key is None:
                 ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
                 if ref.normalised:
