@@ -357,8 +357,9 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
             else "without an estimate (the Why column says what they need)"
             for r in rest
         )  # fmt: skip
-        text = f"Settling the {len(pending)} inconclusive cells: about {format_number(sum(hours))} core-hours for {len(hours)}"
-        text += "".join(f"; {n} {what}" for what, n in kinds.most_common())
+        parts = [f"about {format_number(sum(hours))} core-hours for {len(hours)}"] if hours else []
+        parts += [f"{n} {what}" for what, n in kinds.most_common()]
+        text = f"Settling the {len(pending)} inconclusive cell{'s' if len(pending) > 1 else ''}: " + "; ".join(parts)
         lines.append(text + ".")
     lines.append(RULE_SHORT)
     return lines
