@@ -65,7 +65,7 @@ class TrialSpec:
     threads: int = 1
     """torch intra-op threads; bitwise reproducibility needs the same count."""
     n_eval_episodes: int = 10
-    """Deterministic-policy episodes per evaluation."""
+    """Episodes per evaluation."""
     eval_freq: int = 0
     """Env steps between periodic evaluations; 0 = a tenth of the budget."""
     study: str | None = None
@@ -74,6 +74,9 @@ class TrialSpec:
     """Plugins (``.py`` file paths, absolute, or module names) to load before resolving: :meth:`resolve` loads them
     in whichever process runs it (worker, Ray task), so they register the same algorithms and envs everywhere.
     Not part of the trial key (the algorithm id and version are); the record's provenance names the plugin."""
+    eval_deterministic: bool = True
+    """Evaluate the policy's mode (True) or actions sampled from it (False, e.g. rl-baselines3-zoo's Atari agents).
+    Part of the trial key only when False, so every trial key made before the option exists stays the same."""
     memory_profile: str = "rss"
     """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.memory_probe`). Not part of the
     key: it measures, it never changes a result."""
@@ -112,6 +115,8 @@ class TrialSpec:
             "n_eval_episodes": self.n_eval_episodes,
             "eval_freq": eval_freq,
         }
+        if not self.eval_deterministic:
+            identity["eval_deterministic"] = False
         return ResolvedTrial(
             spec=self,
             algo=algo,
@@ -322,12 +327,24 @@ class TrialContext:
     def evaluate(self, agent: Agent, final: bool) -> dict[str, Any]:
         with self.phase("eval"):
             progress, steps = self._progress, self.steps
+            deterministic = self.resolved.spec.eval_deterministic
             make = getattr(agent, "predictor", None)  # the suite's policies: one plan per evaluation
-            predict = make(True) if make is not None else (lambda o: agent.predict(o, deterministic=True))
-            returns, lengths = evaluate_policy(
-                predict, self.env_id, self.env_kwargs, self._eval_seeds,
-                tick=None if progress is None else (lambda: progress(steps)),
-            )  # fmt: skip
+            predict = make(deterministic) if make is not None else (lambda o: agent.predict(o, deterministic=deterministic))
+            # Sampled actions draw from torch's generator (SB3's DQN from numpy's, for its epsilon): both are forked,
+            # seeded from the evaluation seeds, so an evaluation never moves the training's random streams.
+            numpy_state = None if deterministic else np.random.get_state()
+            with torch.random.fork_rng(devices=[], enabled=not deterministic):
+                if not deterministic:
+                    torch.manual_seed(self._eval_seeds[0] + len(self.evals))
+                    np.random.seed((self._eval_seeds[0] + len(self.evals)) % 2**32)
+                try:
+                    returns, lengths = evaluate_policy(
+                        predict, self.env_id, self.env_kwargs, self._eval_seeds,
+                        tick=None if progress is None else (lambda: progress(steps)),
+                    )  # fmt: skip
+                finally:
+                    if numpy_state is not None:
+                        np.random.set_state(numpy_state)
         row = {
             "step": self.steps,
             "final": final,

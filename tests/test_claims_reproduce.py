@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,10 @@ import pytest
 import suite.algorithms  # noqa: F401  (registers every algorithm)
 import suite.registry as registry
 from suite.claims import load_claim_set
-from suite.claims.metrics import compare
 from suite.claims.reproduce import evaluate_cells
 from suite.claims.tables import write_tables
 from suite.cli import main
+from suite.stats.equivalence import Component, Difference
 from suite.store import ResultsStore
 
 CLAIMS = """
@@ -42,8 +43,8 @@ budget = 400
 cells = [
   { column = "PPO", arm = "ppo", claimed = 1.0 },
   { column = "pairwise", arm = "pairwise", claimed = 6.0 },
-  { column = "gain", arm = "pairwise", versus = "ppo", comparison = "improvement", claimed = 0.5 },
-  { column = "diversity", arm = "ppo", metric = "sample_diversity", claimed = 0.5 },
+  { column = "gain", arm = "pairwise", versus = "ppo", kind = "improvement", claimed = 0.5 },
+  { column = "diversity", arm = "ppo", metric = "sample_diversity", claimed = 0.5, tolerance = 0.1 },
 ]
 """
 
@@ -66,12 +67,17 @@ def test_every_output_is_written_with_a_verdict_per_cell(reproduced: dict[str, P
         assert (out / name).stat().st_size > 0
     verdicts = pd.read_csv(out / "verdicts.csv")
     assert verdicts["column"].tolist() == ["PPO", "pairwise", "gain", "diversity"]
-    assert set(verdicts["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "impossible"}
+    assert set(verdicts["verdict"]) <= {
+        "consistent (stand-in)",
+        "inconsistent (stand-in)",
+        "inconclusive (stand-in)",
+        "impossible",
+    }  # a stand-in's own words
     assert verdicts.set_index("column").loc["pairwise", "verdict"] == "impossible"  # 6 > len('hello')
     assert (verdicts["run_budget"] == 400).all() and (verdicts["tier"] == "smoke").all()
     meta = json.loads((out / "verdicts.json").read_text())
     assert meta["command"] == f"suite reproduce {reproduced['toml']} --db {reproduced['db']} -o {out}"
-    assert "Verdict rule" in meta["rule"]
+    assert "One rule for every cell" in meta["rule"] and meta["rule_doc"] == "docs/claims.md"
     assert [c["verdict"] for c in meta["cells"]] == verdicts["verdict"].tolist()
     page = (out / "index.html").read_text()
     assert "http://" not in page and "https://" not in page and "<script" not in page  # self-contained
@@ -89,7 +95,8 @@ def test_measurements_equal_the_records(reproduced: dict[str, Path]) -> None:
     pairwise = trials[trials["algo"] == "grpo-pairwise"].sort_values("seed")
     a, b = pairwise["final_eval_mean"].to_numpy(float), ppo["final_eval_mean"].to_numpy(float)
     assert verdicts.loc["PPO", "measured"] == pytest.approx(b.mean())
-    want = compare(a, b, comparison="improvement", statistic="mean", reps=2_000, identity="tiny/hello / gain")
+    welch = Difference(a.mean() - b.mean(), (Component(a.var(ddof=1) / 3, 2), Component(b.var(ddof=1) / 3, 2)))
+    want = (welch.point, *welch.interval(0.95))
     assert (verdicts.loc["gain", "measured"], verdicts.loc["gain", "ci_lo"], verdicts.loc["gain", "ci_hi"]) == pytest.approx(
         want
     )
@@ -111,7 +118,7 @@ def test_a_second_run_runs_nothing_and_writes_identical_verdicts(
     captured = capsys.readouterr()
     assert "6 trials, 6 already recorded" in captured.err and "0 to run" in captured.err
     assert (reproduced["out"] / "verdicts.csv").read_bytes() == before
-    assert "4 cells:" in captured.out and "STAND-IN: a test stand-in" in captured.out
+    assert "4 stand-in cells" in captured.out and "STAND-IN: a test stand-in" in captured.out
     assert "changes against" not in captured.out  # the same table again: nothing to report
 
 
@@ -173,11 +180,11 @@ def test_a_version_bump_leaves_exactly_that_algorithms_cells_to_run(
     assert {new.trials[k].algo.id for k in changed} == {"grpo-pairwise"} and len(changed) == 3
     assert {k for k in new.trials if new.trials[k].algo.id == "ppo"} <= set(old.trials)
     with ResultsStore(reproduced["db"], create=False) as store:
-        results = evaluate_cells(new, store, reps=100)
+        results = evaluate_cells(new, store)
     reasons = {r.cell.column: (r.verdict, r.reason) for r in results}
-    assert reasons["gain"] == ("inconclusive", "3 trial(s) not run yet")
+    assert reasons["gain"] == ("inconclusive (stand-in)", "3 trial(s) not run yet")
     assert reasons["pairwise"][0] == "impossible"  # impossible whatever is (or is not) measured
-    assert reasons["PPO"][1] != "3 trial(s) not run yet" and reasons["diversity"][0] != "inconclusive"
+    assert reasons["PPO"][1] != "3 trial(s) not run yet" and reasons["diversity"][1] != "3 trial(s) not run yet"
 
 
 def test_no_run_judges_an_empty_database_and_labels_the_stand_in(tmp_path: Path) -> None:
@@ -185,10 +192,11 @@ def test_no_run_judges_an_empty_database_and_labels_the_stand_in(tmp_path: Path)
     db = tmp_path / "db.sqlite"
     ResultsStore(db).close()
     with ResultsStore(db, create=False) as store:
-        results = evaluate_cells(claims.expand("quick"), store, reps=50)
-    assert [r.verdict for r in results] == ["inconclusive"] * 8
-    assert all(r.reason == "10 trial(s) not run yet" for r in results)
-    write_tables(claims, results, tmp_path / "out", tier="quick", db_path=db, command="suite reproduce seed000-text", reps=50)
+        results = evaluate_cells(claims.expand("quick"), store)
+    assert [r.verdict for r in results] == ["inconclusive (stand-in)"] * 10
+    sweeps = ["40 trial(s) not run yet", "30 trial(s) not run yet"]  # every point of a sweep per seed
+    assert [r.reason for r in results] == ["10 trial(s) not run yet"] * 8 + sweeps
+    write_tables(claims, results, tmp_path / "out", tier="quick", db_path=db, command="suite reproduce seed000-text")
     for name in OUTPUTS:
         assert "STAND-IN" in (tmp_path / "out" / name).read_text() or "CNN/DailyMail" in (tmp_path / "out" / name).read_text()
 
@@ -197,10 +205,12 @@ def test_seed004_pong_cell_is_impossible_before_anything_runs(tmp_path: Path) ->
     db = tmp_path / "db.sqlite"
     ResultsStore(db).close()
     with ResultsStore(db, create=False) as store:
-        results = evaluate_cells(load_claim_set("seed004-table").expand("standard"), store, reps=50)
+        results = evaluate_cells(load_claim_set("seed004-table").expand("standard"), store)
     verdicts = {(r.cell.row, r.cell.column): r.verdict for r in results}
-    assert verdicts[("Atari Pong", "GRPO")] == verdicts[("Atari Pong", "canonical GRPO")] == "impossible"
-    assert {v for k, v in verdicts.items() if k[0] != "Atari Pong" or k[1] in ("PPO", "gain")} == {"inconclusive"}
+    # the GRPO 21.5 and the gain that implies it; canonical GRPO is a reference column, never judged
+    assert verdicts[("Atari Pong", "GRPO")] == verdicts[("Atari Pong", "gain")] == "impossible"
+    assert {v for k, v in verdicts.items() if k[1] == "canonical GRPO"} == {"reference (not judged)"}
+    assert {v for k, v in verdicts.items() if k[0] != "Atari Pong" and k[1] != "canonical GRPO"} == {"inconclusive"}
 
 
 def test_a_row_selection_judges_that_row_alone_and_never_overwrites_the_whole_table(
@@ -277,3 +287,22 @@ def test_suite_list_shows_the_claim_sets(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["list", "--json"]) == 0
     listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)["claim_sets"]}
     assert listed["seed004-table"]["cells"] == 16 and listed["seed000-text"]["stand_in"] is True
+
+
+def test_tier_best_takes_each_cells_best_settled_measurement_from_the_folders_records(
+    reproduced: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder whose own records hold nothing and whose detailed run holds the trials: --tier best judges every cell
+    from the detailed run and says so per cell (its records folder, tier and date); it runs nothing."""
+    out = tmp_path / "out"
+    (out / "detail").mkdir(parents=True)
+    shutil.copy(reproduced["db"], out / "detail" / "records.db")
+    ResultsStore(out / "records.db").close()
+    argv = ["reproduce", str(reproduced["toml"]), "--tier", "best", "--db", str(out / "records.db"), "-o", str(out)]
+    assert main(argv) == 2 and "--tier best judges what the records already hold: add --no-run" in capsys.readouterr().err
+    assert main([*argv, "--no-run", "--quiet"]) == 0
+    cells = json.loads((out / "verdicts.json").read_text())["cells"]
+    assert {c["records"] for c in cells} == {"detail/records.db"} and {c["tier"] for c in cells} == {"paper"}
+    assert all(c["date"] for c in cells) and all(c["code"] != "not_run" for c in cells)
+    single = pd.read_csv(reproduced["out"] / "verdicts.csv")
+    assert [c["verdict"] for c in cells] == single["verdict"].tolist()  # the same trials: the same verdicts

@@ -11,8 +11,13 @@ source's own layout, the cells to check::
     tier = "standard"              # default run tier (suite reproduce --tier overrides)
     seeds = "0-4"                  # seeds the set asks for (--seeds overrides; fewer seeds = inconclusive)
     metric = "final_return"        # default metric of every cell (suite.claims.metrics)
-    statistic = "mean"             # default statistic over seeds: mean, median or iqm (as the source reports)
+    statistic = "mean"             # mean (t-intervals), or median for times to an event (Kaplan-Meier)
+    kind = "single_run"            # default claim kind (below); kind_source says why
+    kind_source = "the document gives one number per cell, no seeds or spread"
+    tolerance_fraction = 0.1       # default tolerance: this share of the env's random-to-reference range
+    multiplicity = "holm"          # family-wise control over the set's judged cells (holm, fdr_bh or none)
     n_eval_episodes = 10
+    eval_protocol = "deterministic"   # or "sampled": how the source evaluated its agents
     notes = ["..."]
 
     [budgets.standard]             # optional: per-env run budgets of one tier, as in a study file
@@ -23,11 +28,11 @@ source's own layout, the cells to check::
     label = "GRPO = ppo-rlvr-prm"
     overrides = { gae_lambda = 0.9 }     # hyperparameter overrides (any key of the algorithm's config)
     hyperparams_from = "ppo"             # optional: start from this algorithm's per-env values for shared keys
+    env_kwargs = {}                      # optional: env options of this arm over the cell's (e.g. another target)
 
     [[rows]]
     label = "LunarLander-v3"
     env = "LunarLander-v3"
-    env_kwargs = {}
     budget = 1000000               # the budget the claim is made at (the source's, or a stated default; a tier
                                    # name stands for that tier's budget for the env)
     budget_source = "stated default: ..."
@@ -38,31 +43,38 @@ source's own layout, the cells to check::
     [[rows.cells]]
     column = "gain"
     arm = "rlvr"
-    versus = "ppo"                 # a comparison of two arms: improvement (A - B) or ratio (A / B)
-    comparison = "improvement"
-    relative = true                # improvement in percent of B
-    claimed = 8.8
+    versus = "ppo"                 # a comparison of two arms: A - B (kind improvement) or A / B (kind ratio)
+    kind = "improvement"
+    relative = true                # the source's figure is a percentage of B: claimed_a and claimed_b are required,
+    claimed = 8.8                  # and the gain is judged as claimed_a - claimed_b in score units
+    claimed_a = 315.2
+    claimed_b = 289.7
 
-A ratio of two arms (e.g. a memory claim, peak RSS of an optimised arm over its baseline)::
+Claim kinds (what the claimed number is, so what noise it carries; :mod:`suite.claims.verdict`):
 
-    [[rows.cells]]
-    column = "peak memory, optimised / baseline"
-    arm = "optimised"
-    versus = "baseline"
-    comparison = "ratio"
-    metric = "peak_rss_mb"         # or "phases.update.<field>", "metrics.<name>" (suite.claims.metrics)
-    claimed = 0.695                # document 000: 8.2 GB -> 5.7 GB
-    claimed_a = 5.7
-    claimed_b = 8.2
+* ``mean_over_seeds``: a mean with its ``claimed_pm`` (a standard deviation) over ``claim_n`` seeds (CleanRL).
+* ``single_run``: one run, no spread given (the seed documents).
+* ``single_agent``: one trained agent scored over ``claim_episodes`` evaluation episodes, ``claimed_pm`` the standard
+  deviation over those episodes (rl-baselines3-zoo's benchmark.md).
+* ``improvement``: A - B; a number (``claimed``, or ``claimed_a`` and ``claimed_b``) or only a ``direction``
+  (``higher`` or ``lower``) when the source gives none; ``claim_noise`` says whether the claimed gain carries the
+  noise of single runs (``single_run``, the default) or none (``none``: a stated target such as "equally good").
+* ``ratio``: A / B of a positive metric (judged on the log scale).
+
+A cell may also give ``claimed_range = [lo, hi]`` instead of a number ("by update 50"), ``decimals`` (how many places
+the source printed; the reward-lattice check uses it), ``claim_episodes`` (episodes a claimed mean averages),
+``tolerance`` (in the metric's units; required where the env's score range gives no default),
+``attainable = [lo, hi]`` with ``attainable_source`` (what the measured procedure can produce at all),
+``role = "reference"`` (shown, never judged or counted) and ``note``.
 
 A cell can take its claimed value, ±, budget and env from ``baselines/published/*.csv`` with
 ``published = { source = "rl-baselines3-zoo", algo = "ppo", env_id = "CartPole-v1" }``.
 
-Cells may override ``env``, ``env_kwargs``, ``budget``, ``seeds``, ``metric``, ``statistic`` and metric
-parameters (``threshold``, ``target``, ``last_episodes``, ``alpha``). Every name (algorithm, env, metric, tier,
-statistic, comparison, hyperparameter key and value) is checked when the file is loaded, through the same
-validation as ``suite run`` (:meth:`suite.trial.TrialSpec.resolve`), so a mistake is one clear error before
-anything runs.
+Cells may override ``env``, ``env_kwargs``, ``budget``, ``seeds``, ``metric``, ``statistic``, ``eval_protocol``
+and metric parameters (``threshold``, ``target``, ``last_episodes``, ``alpha``, ``update``, ``field``). Every name
+(algorithm, env, metric, tier, statistic, kind, hyperparameter key and value) is checked when the file is loaded,
+through the same validation as ``suite run`` (:meth:`suite.trial.TrialSpec.resolve`), and every number must be
+finite, so a mistake is one clear error before anything runs.
 
 Run budgets: at tier ``paper`` every cell runs at its claim's budget; at any other tier at the tier's budget
 for the env and algorithm (``suite/data/tiers.toml``, replaced per env by the set's ``[budgets.<tier>]``),
@@ -71,6 +83,7 @@ never above the claim's budget. A cell run below its claim's budget is ``inconcl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -84,23 +97,42 @@ from suite.registry import get_algorithm
 from suite.study import TIERS, default_tiers, parse_seeds
 from suite.trial import ResolvedTrial, TrialSpec
 
-STATISTICS = ("mean", "median", "iqm")
-"""How a cell aggregates its seeds (the source's own statistic; IQM = rliable's interquartile mean)."""
+STATISTICS = ("mean", "median")
+"""How a cell aggregates its seeds: the mean (t-intervals), or for a time to an event the median (Kaplan-Meier)."""
 
-COMPARISONS = ("value", "improvement", "ratio")
-"""``value``: the statistic of one arm; ``improvement``: A - B (or percent of B with ``relative``); ``ratio``: A / B."""
+KINDS = ("mean_over_seeds", "single_run", "single_agent", "improvement", "ratio")
+"""What a claimed number is (:mod:`suite.claims.verdict` says how each is judged)."""
 
-METRIC_PARAMS = ("threshold", "target", "last_episodes", "alpha")
+COMPARISON_OF = {"mean_over_seeds": "value", "single_run": "value", "single_agent": "value", "improvement": "improvement",
+                 "ratio": "ratio"}  # fmt: skip
+"""The measured quantity of each kind: one arm's statistic, A - B or A / B."""
+
+ROLES = ("claim", "reference")
+"""``claim``: judged and counted; ``reference``: shown beside the claims, never judged or counted."""
+
+MULTIPLICITY = ("holm", "fdr_bh", "none")
+"""Error control over a set's judged cells (statsmodels ``multipletests`` methods)."""
+
+EVAL_PROTOCOLS = ("deterministic", "sampled")
+"""How the source evaluated its agents: the policy's mode, or actions sampled from it."""
+
+METRIC_PARAMS = ("threshold", "target", "last_episodes", "alpha", "update", "field", "fraction")
 """Metric parameters a cell (or row) may set; each metric says which it reads (:mod:`suite.claims.metrics`)."""
 
+DEFAULT_TOLERANCE_FRACTION = 0.1
+"""Default tolerance of a return: a tenth of the env's random-to-reference range (``suite/data/envs.toml``)."""
+
 SET_KEYS = {"name", "title", "source", "location", "description", "stand_in", "tier", "seeds", "metric", "statistic",
-            "n_eval_episodes", "eval_freq", "notes", "budgets", "arms", "rows"}  # fmt: skip
-ARM_KEYS = {"algo", "label", "overrides", "hyperparams_from", "note"}
+            "n_eval_episodes", "eval_freq", "notes", "budgets", "arms", "rows", "kind", "kind_source",
+            "tolerance_fraction", "multiplicity", "eval_protocol", "findings", "tolerance", "tolerance_source"}  # fmt: skip
+ARM_KEYS = {"algo", "label", "overrides", "hyperparams_from", "note", "env_kwargs", "sweep"}
+CLAIM_KEYS = {"kind", "kind_source", "role", "relative", "claimed", "claimed_pm", "pm_over", "claimed_a", "claimed_b",
+              "claimed_range", "direction", "decimals", "claim_n", "claim_episodes", "claim_noise", "tolerance",
+              "tolerance_source", "attainable", "attainable_source", "eval_protocol"}  # fmt: skip
 ROW_KEYS = {"label", "env", "env_kwargs", "budget", "budget_source", "seeds", "metric", "statistic", "eval_freq", "note",
-            "cells", *METRIC_PARAMS}  # fmt: skip
-CELL_KEYS = {"column", "arm", "versus", "comparison", "relative", "claimed", "claimed_pm", "pm_over", "claimed_a",
-             "claimed_b", "env", "env_kwargs", "budget", "budget_source", "seeds", "metric", "statistic", "eval_freq",
-             "note", "published", *METRIC_PARAMS}  # fmt: skip
+            "n_eval_episodes", "cells", *METRIC_PARAMS, *CLAIM_KEYS}  # fmt: skip
+CELL_KEYS = {"column", "arm", "versus", "env", "env_kwargs", "budget", "budget_source", "seeds", "metric", "statistic",
+             "eval_freq", "n_eval_episodes", "note", "published", *METRIC_PARAMS, *CLAIM_KEYS}  # fmt: skip
 
 SETS_DIR = "sets"
 """Folder of the shipped claim sets inside the package (``suite/claims/sets/*.toml``)."""
@@ -123,6 +155,20 @@ class Arm:
     (e.g. ``ppo-rlvr-prm`` with ``ppo``'s learning rate, lambda and entropy: only its own modules differ)."""
     note: str = ""
     """What the arm stands for."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Env options of this arm over the cell's (an arm on another TextMatch target, compared with the cell's)."""
+    sweep_key: str | None = None
+    """A hyperparameter the arm sweeps (``sweep = { learning_rate = [...] }``): each seed runs every value, and the
+    arm's value for that seed is the range (max - min) of the metric over them: how sensitive the result is."""
+    sweep_values: tuple[Any, ...] = ()
+    """The values swept."""
+
+    def sweep_layers(self, env_id: str) -> list[dict[str, Any]]:
+        """The override layer of each point of the sweep (one layer, the arm's own, without a sweep)."""
+        base = self.overrides_for(env_id)
+        if self.sweep_key is None:
+            return [base]
+        return [{**base, self.sweep_key: v} for v in self.sweep_values]
 
     def describe(self) -> str:
         """``algo`` with its overrides, as a table shows it."""
@@ -130,6 +176,9 @@ class Arm:
         if self.hyperparams_from:
             parts.append(f"{self.hyperparams_from}'s hyperparameters")
         parts += [f"{k}={_short(v)}" for k, v in sorted(self.overrides.items())]
+        parts += [f"env {k}={_short(v)}" for k, v in sorted(self.env_kwargs.items())]
+        if self.sweep_key:
+            parts.append(f"swept over {self.sweep_key} in {', '.join(_short(v) for v in self.sweep_values)}")
         return parts[0] if len(parts) == 1 else f"{parts[0]} ({', '.join(parts[1:])})"
 
     def overrides_for(self, env_id: str) -> dict[str, Any]:
@@ -155,18 +204,21 @@ class Cell:
     """What is measured (A)."""
     versus: Arm | None
     """B of an improvement or ratio; None for a value."""
-    comparison: str
-    """``value``, ``improvement`` or ``ratio``."""
+    kind: str
+    """What the claim is (:data:`KINDS`)."""
+    kind_source: str
+    """Why the cell has its kind (what the source says about its number)."""
     relative: bool
-    """Improvement in percent of B."""
-    claimed: float
-    """The claimed number (a value, an improvement, a ratio)."""
+    """The source's own figure is a percentage of B (judged as ``claimed_a - claimed_b``)."""
+    claimed: float | None
+    """The source's own figure (a value, a gain in percent or score units, a ratio); None for a claimed range or a
+    direction only."""
     claimed_pm: float | None
-    """The claimed ``±``, when the source gives one."""
+    """The claimed ``±`` (a standard deviation), when the source gives one."""
     pm_over: str
     """What the ``±`` is over, as the source says (or ``not stated``)."""
     claimed_a: float | None
-    """For comparisons: the source's own A value (context, e.g. 12k steps)."""
+    """For comparisons: the source's own A value."""
     claimed_b: float | None
     """For comparisons: the source's own B value."""
     env_id: str
@@ -182,13 +234,44 @@ class Cell:
     metric: str
     """Metric name (:data:`suite.claims.metrics.METRICS`)."""
     statistic: str
-    """``mean``, ``median`` or ``iqm`` over seeds."""
+    """``mean`` or ``median`` over seeds."""
     params: Mapping[str, Any]
     """Metric parameters."""
     eval_freq: int
     """Env steps between evaluations (0: a tenth of the budget)."""
     note: str = ""
     """Free text shown with the cell."""
+    role: str = "claim"
+    """``claim`` or ``reference`` (:data:`ROLES`)."""
+    claimed_range: tuple[float, float] | None = None
+    """A claimed interval ("by update 50": ``[1, 50]``)."""
+    direction: str | None = None
+    """``higher`` or ``lower``: an improvement claimed without a number."""
+    decimals: int | None = None
+    """Decimal places the source printed its number with (for the reward-lattice check)."""
+    claim_n: int | None = None
+    """Seeds behind a ``mean_over_seeds`` claim."""
+    claim_episodes: int | None = None
+    """Evaluation episodes behind a ``single_agent`` claim, or episodes a claimed mean of returns averages."""
+    claim_noise: str = "single_run"
+    """An improvement's own noise: ``single_run`` (each claimed value one run) or ``none`` (a stated target)."""
+    tolerance: float | None = None
+    """The tolerance in the metric's units when the set states it for this cell (else the env's default)."""
+    tolerance_source: str = ""
+    """Why the cell's tolerance is what it is."""
+    attainable: tuple[float, float] | None = None
+    """What the measured procedure can produce at all, when narrower than the env's range (with its source)."""
+    attainable_source: str = ""
+    """Why."""
+    eval_protocol: str = "deterministic"
+    """How the claim's source evaluated (:data:`EVAL_PROTOCOLS`); the trials evaluate the same way."""
+    n_eval_episodes: int | None = None
+    """Episodes per evaluation when the cell's source evaluated with other than the set's number (None: the set's)."""
+
+    @property
+    def comparison(self) -> str:
+        """``value``, ``improvement`` or ``ratio``: the measured quantity."""
+        return COMPARISON_OF[self.kind]
 
     @property
     def env_label(self) -> str:
@@ -204,6 +287,32 @@ class Cell:
     def label(self) -> str:
         """``row / column``."""
         return f"{self.row} / {self.column}"
+
+    def arm_env_kwargs(self, arm: Arm) -> dict[str, Any]:
+        """The env options ``arm`` runs with in this cell (the cell's, then the arm's own)."""
+        return resolve_env_kwargs(self.env_id, {**self.env_kwargs, **arm.env_kwargs})
+
+    @property
+    def claimed_gain(self) -> float | None:
+        """An improvement's claimed A - B in score units (its endpoints when given, else ``claimed``)."""
+        if self.claimed_a is not None and self.claimed_b is not None:
+            return self.claimed_a - self.claimed_b
+        return self.claimed
+
+    @property
+    def claimed_ratio(self) -> float | None:
+        """A ratio's claimed A / B (its endpoints when given, else ``claimed``)."""
+        if self.claimed_a is not None and self.claimed_b is not None and self.claimed_b != 0:
+            return self.claimed_a / self.claimed_b
+        return self.claimed
+
+    @property
+    def claim_interval(self) -> tuple[float, float] | None:
+        """The claim as an interval of the measured quantity (a point ``[c, c]``, a range), None for a direction."""
+        if self.claimed_range is not None:
+            return self.claimed_range
+        c = {"value": self.claimed, "improvement": self.claimed_gain, "ratio": self.claimed_ratio}[self.comparison]
+        return None if c is None else (c, c)
 
 
 @dataclass(frozen=True)
@@ -238,6 +347,12 @@ class ClaimSet:
     """Caveats printed under the table."""
     path: str | None = None
     """Where it was read from."""
+    tolerance_fraction: float = DEFAULT_TOLERANCE_FRACTION
+    """Default tolerance of a return, as a share of the env's random-to-reference range."""
+    multiplicity: str = "holm"
+    """Error control over the set's judged cells (:data:`MULTIPLICITY`)."""
+    findings: tuple[str, ...] = ()
+    """What the set's own authors found worth saying on the first screen beside the generated headline."""
 
     @property
     def study(self) -> str:
@@ -323,18 +438,20 @@ class ClaimSet:
         steps = int(entry.get(arm.algo, entry["default"])) if isinstance(entry, Mapping) else int(entry)
         return min(steps, cell.budget)
 
-    def trial_spec(self, cell: Cell, arm: Arm, seed: int, tier: str) -> TrialSpec:
-        """The trial behind one seed of one arm of one cell (same for every cell sharing arm, env and budget)."""
+    def trial_spec(self, cell: Cell, arm: Arm, seed: int, tier: str, overrides: Mapping[str, Any] | None = None) -> TrialSpec:
+        """The trial behind one seed of one arm of one cell (same for every cell sharing arm, env and budget);
+        ``overrides``: one point of the arm's sweep (default: the arm's own)."""
         return TrialSpec(
             algo=arm.algo,
             env_id=cell.env_id,
             seed=seed,
             total_timesteps=self.run_budget(cell, arm, tier),
-            overrides=arm.overrides_for(cell.env_id),
-            env_kwargs=dict(cell.env_kwargs),
-            n_eval_episodes=self.n_eval_episodes,
+            overrides=dict(overrides) if overrides is not None else arm.overrides_for(cell.env_id),
+            env_kwargs=cell.arm_env_kwargs(arm),
+            n_eval_episodes=cell.n_eval_episodes or self.n_eval_episodes,
             eval_freq=cell.eval_freq,
             study=self.study,
+            eval_deterministic=cell.eval_protocol == "deterministic",
         )
 
     def expand(self, tier: str | None = None, seeds: Sequence[int] | None = None) -> Expansion:
@@ -351,11 +468,12 @@ class ClaimSet:
         for i, cell in enumerate(self.cells):
             per_arm: dict[str, list[str]] = {}
             for arm in cell.arms:
-                keys = []
+                keys = []  # seed-major: every point of a sweep for seed 0, then seed 1, ...
                 for seed in seeds if seeds is not None else cell.seeds:
-                    trial = self.trial_spec(cell, arm, seed, tier).resolve()
-                    resolved.setdefault(trial.key, trial)
-                    keys.append(trial.key)
+                    for layer in arm.sweep_layers(cell.env_id):
+                        trial = self.trial_spec(cell, arm, seed, tier, layer).resolve()
+                        resolved.setdefault(trial.key, trial)
+                        keys.append(trial.key)
                 per_arm[arm.name] = keys
             cell_keys[i] = per_arm
         return Expansion(self, tier, resolved, cell_keys)
@@ -390,6 +508,8 @@ def _check_keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UserError(f"{where}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise UserError(f"{where}: expected a finite number, got {value!r} (a claim is a number the source printed)")
     return float(value)
 
 
@@ -401,6 +521,36 @@ def _positive_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{where}: expected an integer >= 1, got {value!r}")
     return value
+
+
+def _optional_int(value: Any, where: str) -> int | None:
+    return None if value is None else _positive_int(value, where)
+
+
+def _pair(value: Any, where: str) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise UserError(f"{where}: expected [low, high], got {value!r}")
+    low, high = _number(value[0], where), _number(value[1], where)
+    if low > high:
+        raise UserError(f"{where}: expected [low, high] with low <= high, got {value!r}")
+    return low, high
+
+
+def _choice(value: Any, allowed: Sequence[str], where: str) -> str:
+    if value not in allowed:
+        raise UserError(f"{where}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+    return str(value)
+
+
+def _decimals_of(value: float) -> int:
+    """Decimal places of a number as Python prints it shortest (``8.8`` -> 1, ``6.06`` -> 2, ``500.0`` -> 0)."""
+    text = repr(float(value))
+    if "e" in text:
+        return 6
+    frac = text.partition(".")[2].rstrip("0")
+    return len(frac)
 
 
 def _claim_budget(value: Any, budgets: Mapping[str, Any], env_id: str, algo: str, where: str) -> int:
@@ -416,7 +566,7 @@ def _claim_budget(value: Any, budgets: Mapping[str, Any], env_id: str, algo: str
 
 
 def _published_cell(ref: Any, where: str) -> dict[str, Any]:
-    """Claimed value, ±, budget and env of a ``published = { source, algo, env_id }`` cell, read from
+    """Claimed value, ±, kind, budget and env of a ``published = { source, algo, env_id }`` cell, read from
     ``baselines/published/*.csv`` (one copy of every published number)."""
     from suite.claims.published import load_published
 
@@ -428,7 +578,11 @@ def _published_cell(ref: Any, where: str) -> dict[str, Any]:
         rows = ", ".join(f"{s}:{a}:{e}" for s, a, e in table[["source", "algo", "env_id"]].itertuples(index=False))
         raise UserError(f"{where}: no published row {ref['source']}:{ref['algo']}:{ref['env_id']}; rows: {rows}")
     row = match.iloc[0]
-    return {
+    over_seeds = str(row["std_over"]) == "seeds"
+    kind_source = f"{row['source']}: {row['std_meaning']}"
+    if not over_seeds:
+        kind_source += f" ({int(row['n_eval_episodes'])} episodes, {row['eval_protocol']} actions)"
+    out: dict[str, Any] = {
         "claimed": float(row["mean"]),
         "claimed_pm": float(row["std"]),
         "pm_over": str(row["std_meaning"]),
@@ -436,7 +590,52 @@ def _published_cell(ref: Any, where: str) -> dict[str, Any]:
         "budget_source": f"{row['source']} {row['source_ref']}",
         "env": str(row["suite_env_id"]),
         "note": str(row["version_note"]),
+        "kind": "mean_over_seeds" if over_seeds else "single_agent",
+        "kind_source": kind_source,
+        "decimals": int(row["mean_decimals"]),
     }
+    if over_seeds:
+        out["claim_n"] = int(row["n_runs"])
+    else:
+        out["claim_episodes"] = int(row["n_eval_episodes"])
+    if row["eval_protocol"] in EVAL_PROTOCOLS:  # else the training episodes themselves (CleanRL): no evaluation
+        out["eval_protocol"] = str(row["eval_protocol"])
+    return out
+
+
+def tolerance_of(claims: ClaimSet, cell: Cell) -> tuple[float, str]:
+    """The cell's tolerance in the units of its measured quantity, and where it comes from.
+
+    A stated ``tolerance`` wins. Otherwise a return (``final_return``, ``final_train_return``) on an env with a random
+    and a reference score takes ``tolerance_fraction`` of that range (the set's default, a tenth); an improvement's is
+    at most half its claimed gain, so that agreement within it also means a gain of the claimed sign.
+
+    Raises:
+        UserError: a cell whose metric or env gives no default (the set must state one).
+    """
+    from suite.claims.metrics import RETURN_METRICS
+    from suite.stats.references import env_reference
+
+    if cell.tolerance is not None:
+        return cell.tolerance, cell.tolerance_source or "stated for this cell"
+    ref = env_reference(cell.env_id, cell.arm_env_kwargs(cell.arm))
+    if cell.metric not in RETURN_METRICS or not ref.normalised or cell.kind == "ratio":
+        units = "ratio units" if cell.kind == "ratio" else f"units of {cell.metric}"
+        raise UserError(
+            f"{claims.path or claims.name} {cell.label}: no default tolerance for {cell.metric} on {cell.env_id} "
+            f"(defaults exist for returns on envs with random and reference scores): state tolerance = <{units}>"
+        )
+    span = ref.reference_score - ref.random_score
+    tol = claims.tolerance_fraction * span
+    text = (
+        f"{claims.tolerance_fraction:.0%} of {cell.env_label}'s random-to-reference range "
+        f"({ref.random_score:g} to {ref.reference_score:g}: {span:.4g})"
+    )
+    gain = cell.claimed_gain if cell.kind == "improvement" else None
+    if gain is not None and gain != 0 and tol > abs(gain) / 2:
+        tol = abs(gain) / 2
+        text += f", capped at half the claimed gain ({abs(gain):.4g} / 2) so that agreement implies a gain"
+    return tol, text
 
 
 def shipped_dir() -> Path:
@@ -464,14 +663,99 @@ def load_claim_set(name_or_path: str) -> ClaimSet:
     return parse_claim_set(load_toml(path), default_name=path.stem, path=str(path))
 
 
+def _claim_fields(merged: Mapping[str, Any], versus: Arm | None, stand_in: bool, at: str) -> dict[str, Any]:
+    """Validate the claim part of a cell (kind, claimed number or range or direction, its noise) and return it."""
+    kind = _choice(merged.get("kind", "single_run" if versus is None else "improvement"), KINDS, f"{at} kind")
+    comparison = COMPARISON_OF[kind]
+    if (comparison == "value") != (versus is None):
+        need = "needs versus = <arm>" if versus is None else "takes no versus (a value of one arm)"
+        raise UserError(f"{at}: kind {kind!r} {need}")
+    claimed = _optional_number(merged.get("claimed"), f"{at} claimed")
+    claimed_a = _optional_number(merged.get("claimed_a"), f"{at} claimed_a")
+    claimed_b = _optional_number(merged.get("claimed_b"), f"{at} claimed_b")
+    claimed_range = _pair(merged.get("claimed_range"), f"{at} claimed_range")
+    direction = merged.get("direction")
+    if direction is not None:
+        direction = _choice(direction, ("higher", "lower"), f"{at} direction")
+        if kind != "improvement":
+            raise UserError(f"{at}: a direction is an improvement claimed without a number (kind = 'improvement')")
+    stated = [x for x in ("claimed", "claimed_range", "direction") if merged.get(x) is not None]
+    if comparison != "value" and claimed_a is not None and claimed_b is not None and "claimed" not in stated:
+        stated.append("claimed_a and claimed_b")
+    if len(stated) != 1:
+        raise UserError(
+            f"{at}: give exactly one of claimed, claimed_range, direction (an improvement or ratio may give "
+            f"claimed_a and claimed_b instead); got {', '.join(stated) or 'none'}"
+        )
+    relative = bool(merged.get("relative", False))
+    if relative:
+        if kind != "improvement" or claimed is None:
+            raise UserError(f"{at}: relative = true is a percentage gain of an improvement (claimed = <percent>)")
+        if claimed_a is None or claimed_b is None or claimed_b == 0:
+            raise UserError(
+                f"{at}: a relative gain needs its endpoints claimed_a and claimed_b: it is judged as their difference in "
+                "score units (a percentage of a raw return depends on the env's reward offset)"
+            )
+        implied = 100 * (claimed_a - claimed_b) / abs(claimed_b)
+        if abs(implied - claimed) > 0.5 * 10.0 ** -_decimals_of(claimed) + 1e-9:
+            raise UserError(
+                f"{at}: claimed {claimed:+g}% but its endpoints give {implied:+.3g}% ({claimed_b:g} -> {claimed_a:g})"
+            )
+    elif comparison == "improvement" and claimed is not None and claimed_a is not None and claimed_b is not None:
+        if abs(claimed_a - claimed_b - claimed) > 1e-9 * max(1.0, abs(claimed)):
+            raise UserError(f"{at}: claimed {claimed:+g} but its endpoints differ by {claimed_a - claimed_b:+g}")
+    pm = _optional_number(merged.get("claimed_pm"), f"{at} claimed_pm")
+    claim_n = _optional_int(merged.get("claim_n"), f"{at} claim_n")
+    claim_episodes = _optional_int(merged.get("claim_episodes"), f"{at} claim_episodes")
+    if kind == "mean_over_seeds" and (pm is None or claim_n is None or claim_n < 2):
+        raise UserError(f"{at}: kind 'mean_over_seeds' needs claimed_pm (the std over seeds) and claim_n >= 2 (the seeds)")
+    if kind == "single_agent" and (pm is None or claim_episodes is None):
+        raise UserError(f"{at}: kind 'single_agent' needs claimed_pm (the std over episodes) and claim_episodes")
+    if kind == "single_run" and pm is not None:
+        raise UserError(f"{at}: kind 'single_run' has no claimed_pm (a ± is a mean_over_seeds or single_agent claim)")
+    if kind == "ratio" and any(x is not None and x <= 0 for x in (claimed, claimed_a, claimed_b)):
+        raise UserError(f"{at}: a ratio compares positive numbers; got a claimed value <= 0")
+    tolerance = _optional_number(merged.get("tolerance"), f"{at} tolerance")
+    if tolerance is not None and tolerance < 0:
+        raise UserError(f"{at}: tolerance must be >= 0, got {tolerance!r}")
+    decimals = merged.get("decimals")
+    if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0):
+        raise UserError(f"{at} decimals: expected an integer >= 0, got {decimals!r}")
+    role = _choice(merged.get("role", "claim"), ROLES, f"{at} role")
+    if stand_in and role == "reference":
+        raise UserError(f"{at}: a stand-in set has no reference columns (every cell is the stand-in's own)")
+    return {
+        "kind": kind,
+        "kind_source": str(merged.get("kind_source", "")),
+        "role": role,
+        "relative": relative,
+        "claimed": claimed,
+        "claimed_pm": pm,
+        "pm_over": str(merged.get("pm_over", "not stated" if pm is not None else "")),
+        "claimed_a": claimed_a,
+        "claimed_b": claimed_b,
+        "claimed_range": claimed_range,
+        "direction": direction,
+        "decimals": decimals,
+        "claim_n": claim_n,
+        "claim_episodes": claim_episodes,
+        "claim_noise": _choice(merged.get("claim_noise", "single_run"), ("single_run", "none"), f"{at} claim_noise"),
+        "tolerance": tolerance,
+        "tolerance_source": str(merged.get("tolerance_source", "")),
+        "attainable": _pair(merged.get("attainable"), f"{at} attainable"),
+        "attainable_source": str(merged.get("attainable_source", "")),
+        "eval_protocol": _choice(merged.get("eval_protocol", "deterministic"), EVAL_PROTOCOLS, f"{at} eval_protocol"),
+    }
+
+
 def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", path: str | None = None) -> ClaimSet:
     """Validate a claim set's TOML table (see the module docstring) and build it.
 
     Raises:
         UserError: one line naming the first problem (unknown key, algorithm, env, metric, tier, statistic,
-            comparison, arm, hyperparameter; missing claimed value; a bad number).
+            kind, arm, hyperparameter; missing claimed value; a bad or non-finite number).
     """
-    from suite.claims.metrics import check_metric
+    from suite.claims.metrics import check_metric, get_metric
 
     where = path or default_name
     _check_keys(data, SET_KEYS, where)
@@ -479,10 +763,17 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
     tier = str(data.get("tier", "standard"))
     if tier not in TIERS:
         raise UserError(f"{where}: unknown tier {tier!r}; allowed: {', '.join(TIERS)}")
+    stand_in = str(data.get("stand_in", ""))
     set_seeds = tuple(parse_seeds(data.get("seeds", "0-4")))
-    set_metric = str(data.get("metric", "final_return"))
-    set_statistic = str(data.get("statistic", "mean"))
     set_eval_freq = int(data.get("eval_freq", 0))
+    defaults = {k: data[k] for k in ("metric", "statistic", "kind", "kind_source", "eval_protocol", "tolerance",
+                                     "tolerance_source") if k in data}  # fmt: skip
+    defaults.setdefault("metric", "final_return")
+    defaults.setdefault("statistic", "mean")
+    fraction = _number(data.get("tolerance_fraction", DEFAULT_TOLERANCE_FRACTION), f"{where} tolerance_fraction")
+    if not 0 < fraction < 1:
+        raise UserError(f"{where}: tolerance_fraction must be in (0, 1), got {fraction!r}")
+    multiplicity = _choice(data.get("multiplicity", "holm"), MULTIPLICITY, f"{where} multiplicity")
     budgets = default_tiers()
     for t, table in data.get("budgets", {}).items():
         if t not in TIERS:
@@ -499,6 +790,13 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
             raise UserError(f"{at}: missing algo")
         algo = get_algorithm(str(entry["algo"])).id
         donor = entry.get("hyperparams_from")
+        sweep = entry.get("sweep", {})
+        if (
+            not isinstance(sweep, Mapping)
+            or len(sweep) > 1
+            or any(not isinstance(v, list) or len(v) < 2 for v in sweep.values())
+        ):
+            raise UserError(f"{at}: sweep must be {{ <hyperparameter> = [two or more values] }} (one hyperparameter)")
         arms[arm_name] = Arm(
             name=arm_name,
             algo=algo,
@@ -506,6 +804,9 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
             overrides=dict(entry.get("overrides", {})),
             hyperparams_from=get_algorithm(str(donor)).id if donor else None,
             note=str(entry.get("note", "")),
+            env_kwargs=dict(entry.get("env_kwargs", {})),
+            sweep_key=next(iter(sweep), None),
+            sweep_values=tuple(next(iter(sweep.values()), ())),
         )
     if not arms:
         raise UserError(f"{where}: a claim set needs at least one arm ([arms.<name>] with algo = ...)")
@@ -530,10 +831,11 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
         for c, entry in enumerate(row["cells"]):
             at = f"{where} row {label!r} cell {c}"
             _check_keys(entry, CELL_KEYS, at)
-            merged = {**{k: v for k, v in row.items() if k != "cells"}, **entry}
+            merged = {**defaults, **{k: v for k, v in row.items() if k != "cells"}, **entry}
             if "published" in entry:
-                merged = {**_published_cell(entry["published"], at), **merged}
-            for required in ("column", "arm", "claimed", "env", "budget"):
+                merged = {**defaults, **_published_cell(entry["published"], at),
+                          **{k: v for k, v in row.items() if k != "cells"}, **entry}  # fmt: skip
+            for required in ("column", "arm", "env", "budget"):
                 if required not in merged:
                     raise UserError(f"{at}: missing {required}")
             env_id = str(merged["env"])
@@ -542,44 +844,38 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
                 env_kwargs = resolve_env_kwargs(env_id, dict(merged.get("env_kwargs", {})))
             except UserError as exc:
                 raise UserError(f"{at}: {exc}") from None
-            comparison = str(entry.get("comparison", "improvement" if "versus" in entry else "value"))
-            if comparison not in COMPARISONS:
-                raise UserError(f"{at}: unknown comparison {comparison!r}; allowed: {', '.join(COMPARISONS)}")
             versus = arm_named(entry["versus"], at) if "versus" in entry else None
-            if (comparison == "value") != (versus is None):
-                raise UserError(f"{at}: comparison {comparison!r} {'needs' if versus is None else 'takes no'} versus = <arm>")
-            statistic = str(merged.get("statistic", set_statistic))
-            if statistic not in STATISTICS:
-                raise UserError(f"{at}: unknown statistic {statistic!r}; allowed: {', '.join(STATISTICS)}")
-            metric = str(merged.get("metric", set_metric))
+            claim = _claim_fields(merged, versus, bool(stand_in), at)
+            statistic = _choice(merged.get("statistic"), STATISTICS, f"{at} statistic")
+            metric = str(merged["metric"])
             params = {k: merged[k] for k in METRIC_PARAMS if k in merged}
             try:
                 check_metric(metric, params)
             except UserError as exc:
                 raise UserError(f"{at}: {exc}") from None
+            if statistic == "median" and not get_metric(metric).censored:
+                raise UserError(
+                    f"{at}: statistic 'median' is for a time to an event (Kaplan-Meier); {metric!r} takes the mean"
+                )
+            arm = arm_named(merged["arm"], at)
             cells.append(
                 Cell(
                     row=label,
                     column=str(merged["column"]),
-                    arm=arm_named(merged["arm"], at),
+                    arm=arm,
                     versus=versus,
-                    comparison=comparison,
-                    relative=bool(entry.get("relative", False)),
-                    claimed=_number(merged["claimed"], f"{at} claimed"),
-                    claimed_pm=_optional_number(merged.get("claimed_pm"), f"{at} claimed_pm"),
-                    pm_over=str(merged.get("pm_over", "not stated" if "claimed_pm" in merged else "")),
-                    claimed_a=_optional_number(merged.get("claimed_a"), f"{at} claimed_a"),
-                    claimed_b=_optional_number(merged.get("claimed_b"), f"{at} claimed_b"),
                     env_id=env_id,
                     env_kwargs=env_kwargs,
-                    budget=_claim_budget(merged["budget"], budgets, env_id, arm_named(merged["arm"], at).algo, at),
+                    budget=_claim_budget(merged["budget"], budgets, env_id, arm.algo, at),
                     budget_source=str(merged.get("budget_source", "")),
                     seeds=tuple(parse_seeds(merged["seeds"])) if "seeds" in merged else set_seeds,
                     metric=metric,
                     statistic=statistic,
                     params=params,
                     eval_freq=int(merged.get("eval_freq", set_eval_freq)),
+                    n_eval_episodes=_optional_int(merged.get("n_eval_episodes"), f"{at} n_eval_episodes"),
                     note=str(merged.get("note", "")),
+                    **claim,
                 )
             )
     claims = ClaimSet(
@@ -588,7 +884,7 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
         source=str(data.get("source", "")),
         location=str(data.get("location", "")),
         description=str(data.get("description", "")),
-        stand_in=str(data.get("stand_in", "")),
+        stand_in=stand_in,
         tier=tier,
         seeds=set_seeds,
         n_eval_episodes=_positive_int(data.get("n_eval_episodes", 10), f"{where} n_eval_episodes"),
@@ -597,7 +893,13 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
         cells=tuple(cells),
         notes=tuple(str(n) for n in data.get("notes", [])),
         path=path,
+        tolerance_fraction=fraction,
+        multiplicity=multiplicity,
+        findings=tuple(str(n) for n in data.get("findings", [])),
     )
-    # Every trial must resolve (algorithm x env compatibility, override keys and values) before anything runs.
+    # Every cell needs a tolerance (stated, or the env's default), and every trial must resolve (algorithm x env
+    # compatibility, override keys and values) before anything runs.
+    for cell in claims.cells:
+        tolerance_of(claims, cell)
     claims.expand(tier)
     return claims

@@ -19,9 +19,12 @@ PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "baselines" / "published"
 
 PUBLISHED_COLUMNS = (
     "source", "source_ref", "algo", "env_id", "suite_env_id", "n_timesteps", "mean", "std", "std_over",
-    "std_meaning", "n_runs", "version_note",
+    "std_meaning", "n_runs", "version_note", "n_eval_episodes", "eval_protocol",
 )  # fmt: skip
 """Columns of every ``baselines/published/*.csv`` file (see ``baselines/README.md``)."""
+
+EVAL_PROTOCOLS = ("deterministic", "sampled", "training episodes")
+"""How a published number was scored: the agent's mode, sampled actions, or the training episodes themselves."""
 
 
 def load_published(directory: Path | None = None) -> pd.DataFrame:
@@ -31,7 +34,8 @@ def load_published(directory: Path | None = None) -> pd.DataFrame:
     ``env_id`` (the source's id and version) and ``suite_env_id`` (the suite env it is compared with; see
     ``version_note``), ``n_timesteps`` (the budget), ``mean``/``std``, ``std_over`` (``episodes``: over the
     evaluation episodes of one agent; ``seeds``: over independent runs) with ``std_meaning`` in words, and
-    ``n_runs`` (trained agents behind the row).
+    ``n_runs`` (trained agents behind the row), ``n_eval_episodes`` (episodes behind one agent's mean) and
+    ``eval_protocol`` (:data:`EVAL_PROTOCOLS`); ``mean_decimals`` is added: the places the mean was written with.
 
     Raises:
         UserError: a missing directory, a file with other columns, or an empty required cell.
@@ -44,7 +48,8 @@ def load_published(directory: Path | None = None) -> pd.DataFrame:
         raise UserError(f"no published results (*.csv) in {directory}")
     frames = []
     for path in files:
-        df = pd.read_csv(path, dtype={"n_timesteps": "int64", "mean": "float64", "std": "float64", "n_runs": "int64"})
+        df = pd.read_csv(path, dtype={"n_timesteps": "int64", "mean": "float64", "std": "float64", "n_runs": "int64",
+                                      "n_eval_episodes": "int64"})  # fmt: skip
         if tuple(df.columns) != PUBLISHED_COLUMNS:
             raise UserError(f"{path}: columns {list(df.columns)}; expected {list(PUBLISHED_COLUMNS)}")
         empty = df.columns[df.isna().any()].tolist()
@@ -53,5 +58,10 @@ def load_published(directory: Path | None = None) -> pd.DataFrame:
         bad = sorted(set(df["std_over"]) - {"episodes", "seeds"})
         if bad:
             raise UserError(f"{path}: std_over {bad}; allowed: episodes, seeds")
+        bad = sorted(set(df["eval_protocol"]) - set(EVAL_PROTOCOLS))
+        if bad:
+            raise UserError(f"{path}: eval_protocol {bad}; allowed: {', '.join(EVAL_PROTOCOLS)}")
+        written = pd.read_csv(path, dtype=str)["mean"]
+        df["mean_decimals"] = [len(t.partition(".")[2]) for t in written]
         frames.append(df)
     return pd.concat(frames, ignore_index=True)

@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,11 @@ import numpy as np
 import pandas as pd
 
 from suite.claims.claimset import Arm, Cell, ClaimSet, Expansion
-from suite.claims.metrics import RunData, compare, get_metric, run_values, statistic_of
-from suite.claims.verdict import INCONCLUSIVE, judge
+from suite.claims.metrics import RunData, get_metric, observed_until, run_values, statistic_of
+from suite.claims.results import ArmResult, CellResult
+from suite.claims.tables import read_previous, terminal_summary, verdict_changes, write_tables
+from suite.claims.verdict import ArmValues, control_multiplicity, judge
+from suite.errors import UserError
 from suite.executors import ExecOptions, RunSummary, execute
 from suite.report.build import training_curve_label
 from suite.report.display import format_number
@@ -35,69 +38,13 @@ from suite.trial import ResolvedTrial
 RECORDS_FILE = "records.db"
 """Written beside the tables: the records the verdicts were judged from (a results database of the set's trials)."""
 
-DEFAULT_REPS = 2_000
-"""Bootstrap replications per cell (the reports' default; rliable's is 50,000)."""
+BEST = "best"
+"""``--tier best``: judge every cell at every tier from every records database of the folder and its detailed runs,
+and keep each cell's best-settled measurement."""
 
-
-@dataclass
-class ArmResult:
-    """What one arm of one cell measured."""
-
-    arm: Arm
-    """The arm."""
-    keys: list[str]
-    """Trial keys (one per seed)."""
-    values: np.ndarray
-    """Metric value of each ok run with a defined value, ``(n,)``."""
-    point: float
-    """The cell's statistic over ``values``."""
-    n_ok: int
-    """Ok trials."""
-    n_failed: int
-    """Failed or diverged trials."""
-    n_missing: int
-    """Trials not in the database."""
-    run_budget: int
-    """Budget each trial ran at."""
-    steps_trained: list[int]
-    """Distinct ``steps`` of its recorded trials (what was trained; the budget, except for failures)."""
-    throughput: Throughput
-    """How fast its trials ran, phase by phase: what the core-hours to settle a cell are extrapolated from."""
-    versions: list[str]
-    """Distinct ``algo version`` of its recorded trials."""
-    curve: str
-    """Which training episodes its curve holds: ``whole episodes`` or ``capped at N steps (...)``."""
-
-
-@dataclass
-class CellResult:
-    """A measured, judged cell."""
-
-    index: int
-    """Position in the claim set."""
-    cell: Cell
-    """The claim."""
-    tier: str
-    """Tier it ran at."""
-    arms: list[ArmResult]
-    """A, then B."""
-    point: float
-    """Measured quantity (value, improvement, ratio)."""
-    lo: float
-    """95% CI lower bound."""
-    hi: float
-    """95% CI upper bound."""
-    verdict: str
-    """See :mod:`suite.claims.verdict`."""
-    reason: str
-    """Why."""
-    seeds_needed: int | None = None
-    """Seeds per arm for power 0.8, where the verdict says so."""
-    settle_tier: str | None = None
-    """When the budget was short: the tier that runs the claim's budget."""
-    core_hours: float | None = None
-    """When the budget or the seeds were short: estimated core-hours to settle it (recorded speeds)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+SETTLED = {"equivalent": 0, "outside": 0, "impossible": 0, "reference": 0, "saturated": 1, "multiplicity": 1,
+           "wide": 2, "censored": 2, "seeds": 3, "no_value": 4, "budget": 5, "not_run": 6}  # fmt: skip
+"""How settled a judgement is (lower is better): the order in which ``--tier best`` prefers one cell's measurements."""
 
 
 def execute_trials(
@@ -143,6 +90,7 @@ class _Frames:
         means = ev.groupby("step", sort=True)["return"].mean()
         cv = self.curves[self.curves["key"] == key]
         up = self.updates[self.updates["key"] == key] if "key" in self.updates.columns else self.updates.iloc[0:0]
+        up = up.sort_values("update") if "update" in up.columns else up
         return RunData(
             trial=trial,
             eval_steps=means.index.to_numpy(dtype=float),
@@ -150,6 +98,7 @@ class _Frames:
             curve_steps=cv["step"].to_numpy(dtype=float),
             curve_returns=cv["return"].to_numpy(dtype=float),
             update_steps=np.sort(up["step"].to_numpy(dtype=float)) if "step" in up.columns else np.empty(0),
+            updates=up.dropna(axis=1, how="all").reset_index(drop=True),
         )
 
 
@@ -164,7 +113,11 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
     ok_keys = rows.loc[rows["status"] == "ok", "key"].tolist()
     runs = [r for r in (frames.run_data(k) for k in ok_keys) if r is not None]
     values = run_values(metric, runs, cell.params)
-    values = values[~np.isnan(values)]
+    watched = observed_until(metric, runs)
+    if arm.sweep_key is not None:
+        values, watched = _sweep_ranges(keys, ok_keys, values, len(arm.sweep_values))
+    keep = ~np.isnan(values)
+    values, watched = values[keep], watched[keep]
     ok = rows[rows["status"] == "ok"]
     throughput = throughput_of(ok, frames.evals)
     if not throughput.known and throughput.warmup and frames.store is not None and not ok.empty:
@@ -173,6 +126,7 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
         arm=arm,
         keys=keys,
         values=values,
+        observed=watched,
         point=statistic_of(values, cell.statistic),
         n_ok=len(ok_keys),
         n_failed=int((rows["status"] != "ok").sum()),
@@ -182,7 +136,18 @@ def _arm_result(cell: Cell, arm: Arm, keys: list[str], frames: _Frames, run_budg
         throughput=throughput,
         versions=sorted({f"{a} {v}" for a, v in zip(rows["algo"], rows["algo_version"], strict=True)}),
         curve=training_curve_label([r.trial.get("metrics") for r in runs]) if metric.training_curve else "",
+        ended=str(rows["ended_at"].dropna().max())[:10] if len(rows) else "",
+        machines=sorted({str((p or {}).get("cpu_model") or "unknown CPU") for p in rows["provenance"]}),
     )
+
+
+def _sweep_ranges(keys: list[str], ok_keys: list[str], values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed, the range (max - min) of the metric over the points of a sweep (``keys`` seed-major); NaN for a
+    seed with a point not ok or without a value."""
+    by_key = dict(zip(ok_keys, values, strict=True))
+    grid = np.array([by_key.get(k, np.nan) for k in keys], dtype=float).reshape(-1, points)
+    ranges = np.where(np.isfinite(grid).all(axis=1), grid.max(axis=1) - grid.min(axis=1), np.nan)
+    return ranges, np.full(ranges.size, np.nan)
 
 
 def _from_other_runs(store: ResultsStore, ok: pd.DataFrame, own: Throughput) -> Throughput:
@@ -227,8 +192,9 @@ def _settle(claims: ClaimSet, cell: Cell, arms: list[ArmResult]) -> tuple[str, f
     return tier, hours, ("; ".join(notes) if notes else "")
 
 
-def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEFAULT_REPS, seed: int = 0) -> list[CellResult]:
-    """Measure and judge every cell of an expanded claim set from the trials recorded in ``store``."""
+def evaluate_cells(expansion: Expansion, store: ResultsStore, *, records: str = RECORDS_FILE) -> list[CellResult]:
+    """Measure and judge every cell of an expanded claim set from the trials recorded in ``store`` (before the set's
+    multiplicity control, :func:`finish`). ``records`` names where the records are, for the table's links."""
     claims = expansion.claims
     frames = _load(store, [k for per_arm in expansion.cell_keys.values() for ks in per_arm.values() for k in ks])
     out = []
@@ -238,11 +204,6 @@ def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEF
             _arm_result(cell, arm, per_arm[arm.name], frames, claims.run_budget(cell, arm, expansion.tier))
             for arm in cell.arms
         ]
-        a, b = arms[0], (arms[1] if len(arms) > 1 else None)
-        point, lo, hi = compare(
-            a.values, None if b is None else b.values, comparison=cell.comparison, statistic=cell.statistic,
-            relative=cell.relative, reps=reps, seed=seed, identity=f"{claims.name}/{cell.label}",
-        )  # fmt: skip
         short = [x for x in arms if x.run_budget < cell.budget]
         settle_tier, hours, budget_text = None, None, None
         if short:
@@ -253,22 +214,65 @@ def evaluate_cells(expansion: Expansion, store: ResultsStore, *, reps: int = DEF
                 f"ran {short[0].run_budget:,} steps of the claim's {cell.budget:,}: --tier {settle_tier} settles it{cost}"
             )
         judgement = judge(
-            comparison=cell.comparison, claimed=cell.claimed, interval=(point, lo, hi), a=a.values,
-            b=None if b is None else b.values, b_point=None if b is None else b.point, relative=cell.relative,
-            metric=cell.metric, env_id=cell.env_id, env_kwargs=cell.env_kwargs, seeds_required=len(cell.seeds),
-            missing=sum(x.n_missing for x in arms), failed=sum(x.n_failed for x in arms), budget_short=budget_text,
+            claims, cell, [ArmValues(x.values, x.observed) for x in arms], missing=sum(x.n_missing for x in arms),
+            failed=sum(x.n_failed for x in arms), budget_short=budget_text,
         )  # fmt: skip
-        if judgement.verdict != INCONCLUSIVE:
-            settle_tier, hours = None, None  # impossible whatever a longer run would measure
+        if judgement.code in ("impossible", "equivalent", "outside", "saturated", "reference"):
+            settle_tier, hours = None, None  # nothing a longer run or more seeds would change
         result = CellResult(
-            index=i, cell=cell, tier=expansion.tier, arms=arms, point=point, lo=lo, hi=hi, verdict=judgement.verdict,
-            reason=judgement.reason, seeds_needed=judgement.seeds_needed, settle_tier=settle_tier, core_hours=hours,
+            index=i, cell=cell, tier=expansion.tier, arms=arms, judgement=judgement, settle_tier=settle_tier,
+            core_hours=hours, records=records,
         )  # fmt: skip
-        if judgement.verdict == INCONCLUSIVE and judgement.seeds_needed and not short:
-            if all(x.throughput.known for x in arms):
-                result.core_hours = sum(judgement.seeds_needed * x.throughput.seconds(x.run_budget) / 3600 for x in arms)
+        need = judgement.seeds_needed
+        if need and not short and all(x.throughput.known for x in arms):
+            result.core_hours = sum(need * x.throughput.seconds(x.run_budget) / 3600 for x in arms)
         out.append(result)
     return out
+
+
+def finish(claims: ClaimSet, results: list[CellResult]) -> list[CellResult]:
+    """Apply the set's multiplicity control to the judged cells (:func:`suite.claims.verdict.control_multiplicity`)."""
+    adjusted = control_multiplicity([r.judgement for r in results], claims.multiplicity)
+    for r, j in zip(results, adjusted, strict=True):
+        r.judgement = j
+    return results
+
+
+def _rank(result: CellResult) -> tuple[int, int, int]:
+    tier = TIERS.index(result.tier) if result.tier in TIERS else -1
+    return SETTLED.get(result.judgement.code, 9), -tier, -min(a.n_ok for a in result.arms)
+
+
+def best_settled(
+    claims: ClaimSet, sources: Sequence[tuple[Path, str]], seeds: Sequence[int] | None = None
+) -> list[CellResult]:
+    """Every cell judged at every tier against every records database in ``sources`` (``(path, label)``, the label
+    saying where the table links to), keeping each cell's best-settled measurement (:data:`SETTLED`; then the higher
+    tier, then more seeds)."""
+    best: dict[int, CellResult] = {}
+    for path, label in sources:
+        with ResultsStore(path, create=False) as store:
+            recorded = store.finished_keys()
+            for tier in TIERS:
+                expansion = claims.expand(tier, seeds)
+                if best and not recorded & set(expansion.trials):
+                    continue
+                for result in evaluate_cells(expansion, store, records=label):
+                    kept = best.get(result.index)
+                    if kept is None or _rank(result) < _rank(kept):
+                        best[result.index] = result
+    for result in best.values():
+        if result.judgement.code == "not_run" and all(not a.n_ok for a in result.arms):
+            result.records = ""  # recorded nowhere
+    return [best[i] for i in sorted(best)]
+
+
+def _label(path: Path, out_dir: Path) -> str:
+    """Where a records database is, relative to the table's folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        return str(path)
 
 
 def write_records(db_path: Path, out: Path, keys: Iterable[str]) -> int:
@@ -297,7 +301,6 @@ def reproduce(
     seeds: Sequence[int] | None = None,
     options: ExecOptions | None = None,
     run: bool = True,
-    reps: int = DEFAULT_REPS,
     command: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> tuple[list[CellResult], RunSummary | None]:
@@ -310,7 +313,21 @@ def reproduce(
         UserError: an unknown tier, a trial that does not resolve, a database that is not ours, an unwritable
             output folder (all before any trial runs, except the last).
     """
-    from suite.claims.tables import read_previous, terminal_summary, verdict_changes, write_tables
+    if tier == BEST:
+        if run:
+            raise UserError("--tier best judges what the records already hold: add --no-run")
+        if not db_path.exists():
+            raise UserError(f"no results database at {db_path}")
+        sources = [(db_path, _label(db_path, out_dir))]
+        sources += [
+            (p, _label(p, out_dir)) for p in sorted(out_dir.glob(f"*/{RECORDS_FILE}")) if p.resolve() != db_path.resolve()
+        ]
+        results = finish(claims, best_settled(claims, sources, seeds))
+        command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)} --tier best --no-run"
+        changes = verdict_changes(read_previous(out_dir, claims), claims, results)
+        write_tables(claims, results, out_dir, tier=BEST, db_path=db_path, command=command)
+        echo(terminal_summary(claims, results, tier=BEST, out_dir=out_dir, changes=changes))
+        return results, None
 
     expansion = claims.expand(tier, seeds)
     summary = None
@@ -321,10 +338,10 @@ def reproduce(
         if summary.interrupted:
             return [], summary
     with ResultsStore(db_path, create=run) as store:
-        results = evaluate_cells(expansion, store, reps=reps)
+        results = finish(claims, evaluate_cells(expansion, store))
     command = command or f"suite reproduce {shlex.quote(claims.path or claims.name)}"
     changes = verdict_changes(read_previous(out_dir, claims), claims, results)
-    write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command, reps=reps)
+    write_tables(claims, results, out_dir, tier=expansion.tier, db_path=db_path, command=command)
     speed_keys = [k for r in results for a in r.arms for k in a.throughput.keys]  # other runs a figure came from
     write_records(db_path, out_dir / RECORDS_FILE, [*expansion.trials, *speed_keys])
     echo(terminal_summary(claims, results, tier=expansion.tier, out_dir=out_dir, changes=changes))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import UserError
+from suite.stats.equivalence import Lattice
 
 ENVS_DATA_FILE = "envs.toml"
 """File name inside the ``suite.data`` package directory."""
@@ -48,6 +49,19 @@ class EnvReference:
     """Sources of the three numbers."""
     env_id: str = ""
     """Environment id (key of ``envs.toml``)."""
+    min_return: float = float("nan")
+    """Lowest episode return the env can produce (NaN: no finite bound known)."""
+    max_return: float = float("nan")
+    """Highest episode return the env can produce (NaN: no finite bound known): the cap of the ceiling rule."""
+    lattice: Lattice | None = None
+    """The evenly spaced returns one episode can have, when they are (None otherwise)."""
+    range_source: str = ""
+    """Why the range and the lattice are what they are."""
+
+    @property
+    def bounded(self) -> bool:
+        """Whether both ends of the return range are known."""
+        return bool(np.isfinite(self.min_return) and np.isfinite(self.max_return))
 
     @property
     def normalised(self) -> bool:
@@ -78,8 +92,9 @@ def known_env_ids() -> list[str]:
     return sorted(_load_envs_data())
 
 
-def _text_match_reference(entry: Mapping[str, Any], env_kwargs: Mapping[str, Any]) -> tuple[float, float, float]:
-    """Threshold, random score and reference score of ``TextMatch-v0`` for its kwargs (rules in ``envs.toml``)."""
+def _text_match_reference(entry: Mapping[str, Any], env_kwargs: Mapping[str, Any]) -> tuple[float, float, float, Lattice]:
+    """Threshold, random score, reference score and return lattice of ``TextMatch-v0`` for its kwargs (rules in
+    ``envs.toml``)."""
     rules = entry["text_match"]
     language = env_kwargs.get("language", rules["default_language"])
     sizes: Mapping[str, int] = rules["charset_sizes"]
@@ -90,7 +105,8 @@ def _text_match_reference(entry: Mapping[str, Any], env_kwargs: Mapping[str, Any
     match, mismatch = float(rules["match_reward"]), float(rules["mismatch_reward"])
     maximum = length * match
     random_score = length * (match / n + mismatch * (n - 1) / n)
-    return maximum - float(entry["threshold_from_max"]), random_score, maximum
+    lattice = Lattice(start=length * mismatch, step=match - mismatch, count=length + 1)
+    return maximum - float(entry["threshold_from_max"]), random_score, maximum, lattice
 
 
 def env_reference(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvReference:
@@ -111,15 +127,22 @@ def env_reference(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> E
     if env_id not in data:
         return _spec_reference(env_id)
     entry = data[env_id]
+    nan = float("nan")
+    lattice: Lattice | None
     if "text_match" in entry:
-        threshold, random_score, reference_score = _text_match_reference(entry, env_kwargs or {})
+        threshold, random_score, reference_score, lattice = _text_match_reference(entry, env_kwargs or {})
+        low, high = lattice.start, lattice.start + lattice.step * (lattice.count - 1)
     else:
         threshold, random_score = float(entry["threshold"]), float(entry["random_score"])
         reference_score = float(entry["reference_score"])
+        low, high = float(entry.get("min_return", nan)), float(entry.get("max_return", nan))
+        grid = entry.get("lattice")
+        lattice = Lattice(float(grid["start"]), float(grid["step"]), int(grid["count"])) if grid else None
     source = (
         f"threshold: {entry['threshold_source']}; random: {entry['random_source']}; reference: {entry['reference_source']}"
     )
-    return EnvReference(threshold, random_score, reference_score, source, env_id)
+    range_source = "; ".join(str(entry[k]) for k in ("range_source", "lattice_source") if k in entry)
+    return EnvReference(threshold, random_score, reference_score, source, env_id, low, high, lattice, range_source)
 
 
 NOT_NORMALISED = "not normalised"
