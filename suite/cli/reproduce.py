@@ -16,7 +16,11 @@ def add_parser(sub: Any) -> None:
     """``suite reproduce``."""
     p = sub.add_parser("reproduce", help="check a published claim set: run its missing trials, a verdict per cell")
     p.add_argument("claimset", help="claim set name (see 'suite list') or path to a claim-set TOML")
-    p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget)")
+    p.add_argument(
+        "--tier",
+        help="budget tier: smoke, quick, standard, paper (paper = every claim's own budget); with --no-run, best = every "
+        "cell's best-settled measurement from the records of the output folder and its detailed runs",
+    )
     p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7 (default: the set's; fewer seeds stay inconclusive)")
     p.add_argument("--row", action="append", help="only this row (its label or env id; repeatable): run and judge it alone")
     p.add_argument(
