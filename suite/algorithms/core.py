@@ -27,7 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel, fast_mean, fast_var, in_kernel_mode
+from suite.accel.flat import FlatAdam, FlatParameters
+from suite.accel.mlp import PolicyKernel, in_kernel_mode
+from suite.accel.reductions import fast_mean, fast_var
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule
 from suite.envs import final_observations, finished_episodes

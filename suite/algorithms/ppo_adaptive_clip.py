@@ -48,20 +48,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.actor_critic import (
-    ActorCriticConfig,
-    ActorCriticTrainer,
-    FusedLoss,
-    ppo_fused_loss,
-    ppo_policy_value_loss,
-)
+from suite.algorithms.actor_critic import ActorCriticTrainer
 from suite.algorithms.core import Minibatch, Rollout, net_config
 from suite.algorithms.networks import ActorCritic
+from suite.algorithms.ppo import PPOConfig, ppo_policy_value_loss
 from suite.registry import register
 
 
 @dataclass(frozen=True)
-class AdaptiveClipConfig(ActorCriticConfig):
+class AdaptiveClipConfig(PPOConfig):
     """PPO's config (SB3 names; ``clip_range`` is the *base* of the adaptive rule) plus the document's options."""
 
     clip_std_exponent: float = 0.5
@@ -324,20 +319,13 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
             self.recurrent.memory = None
 
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """PPO's loss (:func:`~suite.algorithms.ppo.ppo_policy_value_loss`) with this update's adaptive clip range."""
         with self._critic_memory(mb):
             loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
         return loss, metrics
 
-    def supports_fused_loss(self) -> bool:
-        # PPO's loss with the adaptive clip; the LSTM and PopArt critics are not plain MLPs, so with them the
-        # policy has no kernel (suite.algorithms.fused.kernel_for) and the update uses autograd
-        return True
-
-    def update_draws_random(self) -> bool:
+    def loss_draws_random(self) -> bool:
         return False  # PPO's loss with another clip: nothing drawn
-
-    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
-        return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 
 
 @register(
