@@ -64,15 +64,13 @@ class PairwiseHandDerived:
         if not math.isfinite(loss):
             raise Diverged(f"non-finite loss {loss}")
         clock = t.clock
-        if clock is not None:
-            clock.lap("forward", int(episode.shape[0]))
+        clock.lap("forward", int(episode.shape[0]))
         grads = torch.empty(groups.shape[0], flat.grad.shape[0])
         for g in range(groups.shape[0]):
             kernel.backward(state, d_logp_groups[g], None, None)
             grads[g].copy_(flat.grad)
         group_var = float(grads.square().sum(1).mean() - grads.mean(0).square().sum())
-        if clock is not None:
-            clock.lap("group_gradients")
+        clock.lap("group_gradients")
         metrics = {
             "pairwise_loss": float(group_losses.mean()),
             "entropy": float(entropy.mean()),

@@ -141,8 +141,7 @@ class ActorCriticTrainer(Trainer):
         limit = None if cfg.target_kl is None else 1.5 * cfg.target_kl
         sums: dict[str, float] = {}
         count = steps = 0
-        if clock is not None:
-            clock.lap("update_setup")
+        clock.lap("update_setup")
         for parts in self._minibatches(table, extra, whole=limit is None and not self.loss_draws_random()):
             self.stepper.zero_grad()
             kl = 0.0
@@ -150,23 +149,20 @@ class ActorCriticTrainer(Trainer):
                 weight = mb.weight
                 evaluated = forward(mb)
                 m = evaluated.metrics
-                if clock is not None:
-                    clock.lap("forward", mb.advantages.shape[0])
+                clock.lap("forward", mb.advantages.shape[0])
                 for key, v in m.items():
                     sums[key] = sums.get(key, 0.0) + float(v) * weight
                 kl += float(m["approx_kl"]) * weight if limit is not None else 0.0
                 if limit is not None and k == 1 and kl > limit:
                     break  # SB3 (ppo.py): the minibatch that crosses the limit is measured but not stepped on
                 evaluated.backward(j > 0)
-                if clock is not None:
-                    clock.lap("backward")
+                clock.lap("backward")
             count += 1
             if limit is not None and kl > limit:
                 break
             self.stepper.apply()
             steps += 1
-            if clock is not None:
-                clock.lap("optimizer")
+            clock.lap("optimizer")
         self.stepper.check_finite()
         self.n_updates += 1
         out = {key: v / max(count, 1) for key, v in sums.items()}
@@ -176,8 +172,7 @@ class ActorCriticTrainer(Trainer):
         out["n_minibatches"] = float(steps)  # gradient steps taken
         if self.policy.vf is not None:
             out["explained_variance"] = explained_variance(rollout.values.mean(-1).ravel(), ret.reshape(n, -1)[:, 0])
-        if clock is not None:
-            clock.lap("update_setup")
+        clock.lap("update_setup")
         return out
 
     def _minibatches(self, table: SampleTable, extra: dict[str, torch.Tensor], whole: bool) -> Iterator[Iterable[Minibatch]]:
@@ -210,15 +205,13 @@ class ActorCriticTrainer(Trainer):
             bounds = [(lo, min(lo + bs, end)) for end in range(n, (len(perms) + 1) * n, n) for lo in range(end - n, end, bs)]
             adv = self._block_advantages(table, rows, bounds)
             block = [list(self._micro_batches(table, extra, order[lo:hi], rows[lo:hi], adv[lo:hi])) for lo, hi in bounds]
-            if clock is not None:
-                clock.lap("minibatch")
+            clock.lap("minibatch")
             yield from block
 
     def _timed(self, micro_batches: Iterator[Minibatch]) -> Iterator[Minibatch]:
         """``micro_batches`` as they come, each one's making charged to the profile's ``minibatch`` part."""
         for mb in micro_batches:
-            if self.clock is not None:
-                self.clock.lap("minibatch")
+            self.clock.lap("minibatch")
             yield mb
 
     def _block_advantages(self, table: SampleTable, rows: np.ndarray, bounds: list[tuple[int, int]]) -> np.ndarray:

@@ -405,8 +405,9 @@ class RolloutCollector:
         self.buf_rewards = Buffer((T, N), torch.float32, storage)
         self.buf_dones = Buffer((T, N), torch.float32, storage)
         self.has_critic = policy.vf is not None
-        self.clock: Any = None
-        """An optional lap clock (:class:`suite.profile.speed.LapClock`): ``lap(name)`` after each part of a step."""
+        self.clock: Any = NULL_CLOCK
+        """The lap clock (:class:`suite.profile.speed.LapClock` under ``suite profile speed``): ``lap(name)`` after each
+        part of a step."""
 
     def inputs(self, obs: np.ndarray, update_stats: bool = False) -> torch.Tensor:
         """Network inputs of raw observations (float16-rounded when the store keeps float16)."""
@@ -438,11 +439,9 @@ class RolloutCollector:
         for t in range(T):
             x = self.inputs(self.obs, update_stats=self.update_obs_stats)
             actions, logp, values = self.act(x)
-            if clock is not None:
-                clock.lap("inference", N)
+            clock.lap("inference", N)
             obs, rewards, terminated, truncated, info = envs.step(to_env(actions.numpy()))
-            if clock is not None:
-                clock.lap("env_step")
+            clock.lap("env_step")
             dones = terminated | truncated
             rewards = np.asarray(rewards, dtype=np.float32)
             if self.reward_norm is not None:
@@ -465,15 +464,13 @@ class RolloutCollector:
                 if ep_mask.any():
                     ctx.record_episodes(step0 + (t + 1) * N, ep_ret[ep_mask], ep_len[ep_mask])
             self.obs = obs
-            if clock is not None:
-                clock.lap("storage")
+            clock.lap("storage")
         ctx.steps = step0 + T * N
         H = self.buf_values.np.shape[-1]
         last = np.zeros((N, H), dtype=np.float32)
         if self.has_critic:
             last = self.values(self.inputs(self.obs))
-            if clock is not None:
-                clock.lap("inference", N)
+            clock.lap("inference", N)
         self.obs_store.steps = T
         return Rollout(
             self.obs_store, self.buf_actions.t[:T], self.buf_logp.np[:T], self.buf_values.np[:T],
@@ -487,12 +484,30 @@ def micro_batches(b: int, k: int) -> list[tuple[int, int]]:
     return [(int(q[0]), int(q[-1]) + 1) for q in np.array_split(np.arange(b), k) if len(q)]
 
 
+class NullClock:
+    """The lap clock of every trial that is not being profiled: :meth:`lap` does nothing. The loops call ``lap`` at
+    each part of a step unconditionally; ``suite profile speed`` puts a real one
+    (:class:`suite.profile.speed.LapClock`) on the trial context instead. A call of this no-op method costs a few tens
+    of nanoseconds (``docs/accel.md`` counts the calls per step and puts them against a step's time)."""
+
+    __slots__ = ()
+
+    def lap(self, name: str, samples: int = 0) -> None:
+        """Charge the time since the previous lap to ``name`` (here: nothing)."""
+
+    def attach(self, trainer: Any) -> None:
+        """Told which trainer it times (here: nothing)."""
+
+
+NULL_CLOCK = NullClock()
+"""The one :class:`NullClock`."""
+
+
 def attach_clock(ctx: Any, trainer: Any) -> Any:
-    """The lap clock ``suite profile speed`` put on the trial context (``ctx.clock``), told which trainer it times;
-    None in every normal trial (then the hot path pays one ``is not None`` test per part)."""
-    clock = getattr(ctx, "clock", None)
-    if clock is not None:
-        clock.attach(trainer)
+    """The lap clock ``suite profile speed`` put on the trial context (``ctx.clock``), told which trainer it times; the
+    :data:`NULL_CLOCK` in every other trial."""
+    clock = getattr(ctx, "clock", None) or NULL_CLOCK
+    clock.attach(trainer)
     return clock
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from suite.accel.mlp import PolicyKernel, in_kernel_mode
-from suite.algorithms.core import Buffer
+from suite.algorithms.core import NULL_CLOCK, Buffer
 from suite.algorithms.networks import ActorCritic
 from suite.envs import episode_limit, finished_episodes
 from suite.errors import UserError
@@ -215,8 +215,8 @@ class EpisodeGroupCollector:
         self.buf_logp = Buffer((T, N), torch.float32, storage)
         self.buf_rewards = np.zeros((T, N), dtype=np.float32)
         self.buf_mask = np.zeros((T, N), dtype=bool)
-        self.clock: Any = None
-        """An optional lap clock (``suite profile speed``)."""
+        self.clock: Any = NULL_CLOCK
+        """The lap clock (``suite profile speed``; :data:`~suite.algorithms.core.NULL_CLOCK` otherwise)."""
 
     @in_kernel_mode(lambda self: self.kernel is not None)
     def collect(self, max_samples: int | None = None) -> EpisodeGroups:
@@ -244,15 +244,13 @@ class EpisodeGroupCollector:
                 actions, logp = self.kernel.sample(self.kernel.infer(x, with_values=False)[0])
             else:
                 actions, logp, _ = policy.act(x)
-            if clock is not None:
-                clock.lap("inference", N)
+            clock.lap("inference", N)
             env_actions = policy.head.to_env(actions.numpy())
             if self.step_active_only:
                 obs, rewards, terminated, trunc, info = envs.step_active(env_actions, active)
             else:
                 obs, rewards, terminated, trunc, info = envs.step(env_actions)
-            if clock is not None:
-                clock.lap("env_step", int(active.sum()) if self.step_active_only else N)  # sub-env steps taken
+            clock.lap("env_step", int(active.sum()) if self.step_active_only else N)  # sub-env steps taken
             self.buf_obs.put(t, x)
             self.buf_actions.put(t, actions)
             self.buf_logp.put(t, logp)
@@ -275,8 +273,7 @@ class EpisodeGroupCollector:
                     ctx.record_episodes(step0 + used, ep_ret[rec], ep_len[rec])
                 active &= ~done
             t += 1
-            if clock is not None:
-                clock.lap("storage")
+            clock.lap("storage")
         ctx.steps = step0 + used
         lengths[active] = t  # unfinished (budget spent): the steps taken so far
         return EpisodeGroups(

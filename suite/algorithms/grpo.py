@@ -522,19 +522,16 @@ class GRPOTrainer(Trainer):
                     at = ps.numpy()
                     obs = batch.obs[t_flat[ps], n_flat[ps]]
                     evaluated = forward(GroupSlice(obs, actions[ps], old_np[at], ref_np[at], adv_np[at], w_np[lo:hi]))
-                    if clock is not None:
-                        clock.lap("forward", hi - lo)
+                    clock.lap("forward", hi - lo)
                     evaluated.backward(i > 0)
-                    if clock is not None:
-                        clock.lap("backward")
+                    clock.lap("backward")
                     part_m = {key: float(v) for key, v in evaluated.metrics.items()}
                     # policy_loss is a weighted sum (adds up), entropy a weighted mean, kl_ref / clip_fraction means
                     shares = {"policy_loss": 1.0, "entropy": float(weights[lo:hi].sum()) / w_total}
                     for key, part_v in part_m.items():
                         m[key] = m.get(key, 0.0) + part_v * shares.get(key, (hi - lo) / S)
                 self.stepper.apply()
-                if clock is not None:
-                    clock.lap("optimizer")
+                clock.lap("optimizer")
                 for key, value in m.items():
                     sums[key] = sums.get(key, 0.0) + value
                 count += 1

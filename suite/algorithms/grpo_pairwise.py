@@ -280,11 +280,9 @@ class PairwiseTrainer(Trainer):
         """One epoch's loss by autograd, with the per-group gradients' variance (``group_grad_var``) in its metrics."""
         loss, group_losses, m = self.loss(batch)
         clock = self.clock
-        if clock is not None:
-            clock.lap("forward", int(batch.episode.shape[0]))
+        clock.lap("forward", int(batch.episode.shape[0]))
         group_var = self.group_gradient_variance(group_losses)
-        if clock is not None:
-            clock.lap("group_gradients")
+        clock.lap("group_gradients")
         metrics = {k: float(v) for k, v in m.items()}
         metrics["group_grad_var"] = group_var
 
@@ -305,11 +303,9 @@ class PairwiseTrainer(Trainer):
         for _ in range(self.cfg.n_epochs):
             evaluated = forward(batch)
             evaluated.backward(False)
-            if clock is not None:
-                clock.lap("backward")
+            clock.lap("backward")
             self.stepper.apply()
-            if clock is not None:
-                clock.lap("optimizer")
+            clock.lap("optimizer")
             metrics = dict(evaluated.metrics)
             group_vars.append(metrics.pop("group_grad_var"))
             for name, value in metrics.items():

@@ -40,7 +40,7 @@ class Trainer:
         """Declare the function the update's loss is (the specification, e.g. ``type(self).loss``), attach the lap clock
         and take the registered accelerator of that specification where one applies."""
         self.clock: Any = attach_clock(self.ctx, self)
-        """The lap clock of ``suite profile speed`` (:class:`suite.profile.speed.LapClock`) or None."""
+        """The lap clock of ``suite profile speed`` (:class:`suite.profile.speed.LapClock`), else the null clock."""
         self.accelerator = accelerate(self, specification)
 
     # -- the loop ----------------------------------------------------------------------------------------

@@ -19,17 +19,20 @@ first):
    :mod:`suite.accel.mlp` where the update runs an accelerator, modules and autograd otherwise; with the network
    passes the loss itself makes on that path, such as ``ppo-rlvr-prm``'s input-gradient penalty: the trainer's
    ``loss_network_passes`` names them, the accelerator's ``network_extra`` runs them). Training steps/s as a
-   fraction of the limit's steps/s says how much of the loop is overhead. The network alone's **arithmetic** says how much of the limit is itself overhead: the
-   FLOPs of its matrix products and convolutions (torch's ``FlopCounterMode`` on one inference and one train step),
-   their rate over the network's time, and this machine's rate on a large matmul, measured in the same run;
+   fraction of the limit's steps/s says how much of the loop is overhead. The network alone's **arithmetic** says
+   how much of the limit is itself overhead: the FLOPs of its matrix products and convolutions (torch's
+   ``FlopCounterMode`` on one inference and one train step), their rate over the network's time, and this machine's
+   rate on a large matmul, measured in the same run;
 3. **plain**: as a trial runs it, without the lap clock and the limit, for the headline training time and steps/s
-   and the fraction of the limit (the lap clock's own reads cost ~4% of ``ppo``'s CartPole training);
+   and the fraction of the limit (the lap clock's own reads cost a few percent of ``ppo``'s CartPole training);
 4. **top functions**: under ``cProfile`` (which adds ~1 us per Python call, so it inflates Python-heavy parts;
    its times are for ranking, the timed run's are the figures).
 
-The clock costs one ``is not None`` test per part when absent (every normal trial) and one clock read
-(``process_time``, or ``perf_counter`` with ``clock="wall"``) per part when present: ~4% of ``ppo``'s CartPole
-training, which is why the headline figures come from the plain run. ``sb3-*`` algorithms get phases, the env
+The loops call a clock at every part of a step: in every normal trial the null clock
+(:class:`suite.algorithms.core.NullClock`, a method that does nothing; ``docs/accel.md`` measures what its calls
+cost), under this profiler a :class:`LapClock`, which reads the time (``process_time``, or ``perf_counter`` with
+``clock="wall"``) and updates a few dicts per part: a few percent of ``ppo``'s CartPole training, which is why the
+headline figures come from the plain run. ``sb3-*`` algorithms get phases, the env
 limit and the top functions (their networks are SB3's, outside the suite's core).
 """
 
