@@ -23,12 +23,13 @@ class FlatParameters:
 
     def __init__(self, params: list[nn.Parameter]):
         self.params = [p for p in params if p.requires_grad]
-        if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
-            raise ValueError("FlatParameters holds float32 CPU parameters only")
+        device = self.params[0].device if self.params else torch.device("cpu")
+        if any(p.dtype != torch.float32 or p.device != device for p in self.params):
+            raise ValueError("FlatParameters holds float32 parameters on one device")
         total = sum(p.numel() for p in self.params)
-        self.data = torch.empty(total)
+        self.data = torch.empty(total, device=device)
         """``(n_params,)`` every trainable parameter, in ``params`` order."""
-        self.grad = torch.zeros(total)
+        self.grad = torch.zeros(total, device=device)
         """``(n_params,)`` their gradients."""
         self._offsets: dict[int, int] = {}
         offset = 0
@@ -63,7 +64,7 @@ class FlatAdam:
         self.beta1, self.beta2 = betas
         self.exp_avg = torch.zeros_like(flat.data)
         self.exp_avg_sq = torch.zeros_like(flat.data)
-        self.step_count = torch.zeros(())  # float32, as torch.optim keeps it
+        self.step_count = torch.zeros((), device=flat.data.device)  # float32, as torch.optim keeps it
 
     def step(self, lr: float) -> None:
         if not lr >= 0.0:  # torch.optim.Adam's own check (its message), which the fused kernel does not make

@@ -91,7 +91,7 @@ register_accelerator(
         specification=GRPOTrainer.loss,
         algorithms=("grpo",),
         covers=(GRPOTrainer.loss, grpo_loss, k3_kl),
-        fingerprint="0b60e40e3098f069",
+        fingerprint="30d95f0e91756242",
         applies=_applies,
         build=GRPOHandDerived,
         summary="the clipped surrogate's, k3 penalty's and entropy's derivatives per step in numpy, the MLP by hand",

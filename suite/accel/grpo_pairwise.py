@@ -101,7 +101,7 @@ register_accelerator(
             PairwiseTrainer.shuffled_groups,
             PairwiseTrainer.group_gradient_variance,
         ),  # fmt: skip
-        fingerprint="913760d3390d8139",
+        fingerprint="9a60bac6c4f47308",
         applies=_applies,
         build=PairwiseHandDerived,
         summary="the pairwise loss's derivative per step in numpy, the MLP's backward by hand once per group",

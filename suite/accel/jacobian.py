@@ -15,14 +15,14 @@ import numpy as np
 import torch
 
 _NARROW = 16
-"""Below this many output columns MKL's sgemm is slow on an ``(m, k) x (k, n)`` product of a few hundred rows, by how
-much depending on the CPU: 512 x 64 x 4 took 37 us against 10 us for its transpose on an AVX-512 EPYC, while on an
-AVX-512 Xeon (AMX) the transpose is the slow one (43 vs 8 us). At ``n >= 16`` the plain form is fast on both."""
+"""Below this many output columns MKL's sgemm can be several times slower on an ``(m, k) x (k, n)`` product of a few
+hundred rows than on a rearranged form of it, and which form is slow depends on the CPU (``docs/accel.md``); from
+``n >= 16`` the plain form is fast on every CPU measured. :func:`_mm` and :func:`_mm_padded` pick the form."""
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b``; a narrow output (:data:`_NARROW`) computed as the transpose of ``b^T a^T`` (a transposed view): used
-    where the product's inner dimension is the batch (``A^T dA``), fast in this form on both CPUs measured."""
+    where the product's inner dimension is the batch (``A^T dA``), fast in this form on the CPUs measured."""
     return torch.mm(b.t(), a.t()).t() if b.shape[1] < _NARROW else torch.mm(a, b)
 
 
@@ -33,9 +33,8 @@ def _add_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 def _mm_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` for many rows of ``a``; a narrow ``b`` (:data:`_NARROW`) zero-padded to :data:`_NARROW` columns and
-    the product's first columns returned (a view). Measured on the Xeon only (512 x 64 x 4: 8 us padded, 8 plain, 43
-    transposed); on the EPYC the plain narrow form was the slow one and the padded form was not timed there: it
-    rests on that machine's plain products being fast from 16 columns up (:data:`_NARROW`)."""
+    the product's first columns returned (a view): used where the batch is the product's outer dimension, it relies on
+    products of 16 columns and more being fast (:data:`_NARROW`; ``docs/accel.md`` says where it was measured)."""
     n = b.shape[1]
     if n >= _NARROW:
         return torch.mm(a, b)
@@ -54,8 +53,8 @@ class JacobianPenaltyGrad:
     layer that reaches the weights and biases by ordinary backprop through the network's forward graph.
 
     :meth:`before_backward` adds the direct part and returns the extra ``dL/dz_l`` for the network's own backward to
-    add to its ``dL/dz_l`` (the hand-derived update: one backprop carries both, ``ppo-rlvr-prm`` >= 1.5.0);
-    :meth:`add` makes the whole gradient on its own (the backprop by itself; what 1.4.0's update ran)."""
+    add to its ``dL/dz_l`` (the accelerated update: one backprop carries both); :meth:`add` makes the whole gradient
+    on its own (the backprop by itself: tests, and a caller without the network's backward)."""
 
     def __init__(self, parts: Callable[[], list[torch.Tensor] | None], acts: list[torch.Tensor], d: list[torch.Tensor],
                  layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]) -> None:  # fmt: skip
@@ -101,14 +100,14 @@ def jacobian_penalty(
     product per layer). Backward from ``dJ = 2 coef J``: ``dW_l = sum_b A'_l^T dA_l``, ``dA'_l = dA_l W_l^T``, then
     ``dA_{l+1} = dA'_l D_l`` and ``d d_l = sum_p dA'_l * A_{l+1}`` (``W_L`` itself for the top layer), which reaches
     ``z_l`` through ``d d_l / dz_l = -2 h_l d_l`` (tanh; 0 for ReLU) and from there the weights and biases by
-    ordinary backprop (:class:`JacobianPenaltyGrad`: by the network's own backward in the update since
-    ``ppo-rlvr-prm`` 1.5.0, which saves that backprop's products).
+    ordinary backprop (:class:`JacobianPenaltyGrad`: by the network's own backward in the update, which saves that
+    backprop's products).
 
-    The rows of every sample's ``A`` are laid out row-major, ``(R, B, width)`` (since ``ppo-rlvr-prm`` 1.4.0;
-    ``(B, R, width)`` before): a sample's activation derivatives then broadcast over the outer dimension and the sums
-    over rows run over it, both ~2x faster in ATen than over a middle dimension. A product with fewer than 16 output
-    columns runs zero-padded to 16 where the batch is its outer dimension (:func:`_mm_padded`, since 1.5.0; transposed
-    in 1.4.0) and transposed where the batch is its inner one (:func:`_mm`).
+    The rows of every sample's ``A`` are laid out row-major, ``(R, B, width)``: a sample's activation derivatives then
+    broadcast over the outer dimension and the sums over rows run over it, faster in ATen than over a middle
+    dimension. A product with fewer than 16 output columns runs zero-padded to 16 where the batch is its outer
+    dimension (:func:`_mm_padded`) and transposed where the batch is its inner one (:func:`_mm`). ``docs/accel.md``
+    has the history of these choices (each one moved ``ppo-rlvr-prm``'s rounding, and its version).
 
     With ``probes`` ``(K, B, P)`` (Hutchinson's estimate, as :func:`suite.algorithms.ppo_rlvr_prm.
     input_gradient_penalty` with ``probes = K``: ``mean_k ||v_k^T J_b||^2``, unbiased for ``||J_b||_F^2``) the same
@@ -183,9 +182,7 @@ def _linear_jacobian_penalty(
 ) -> tuple[np.ndarray, JacobianPenaltyGrad]:
     """:func:`jacobian_penalty` of a policy with no hidden layer, ``out = W x + b``: its Jacobian is ``W`` for every
     sample. Exact: ``||W||_F^2`` per sample, gradient ``2 coef B W``. With probes ``(K, B, P)``: ``mean_k ||v_k^T
-    W||^2`` per sample, gradient ``(2 coef / K) V^T (V W)`` over the ``K B`` probe rows ``V``. (Before
-    ``ppo-rlvr-prm`` 1.5.0 the general passes ran here: the exact penalty failed on the shapes, and with probes
-    the value summed over the batch instead of the Jacobian's columns and the gradient was left out.)"""
+    W||^2`` per sample, gradient ``(2 coef / K) V^T (V W)`` over the ``K B`` probe rows ``V``."""
     w, w_grad, _ = layers[0]
     B = acts[0].shape[0]
     # the direct part alone: with no activation derivative there is nothing for the backprop (parts return None)

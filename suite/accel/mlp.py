@@ -48,9 +48,9 @@ def kernel_mode(on: bool = True) -> torch.inference_mode:
     policy): ``torch.inference_mode(on)``.
 
     Why: these paths never build an autograd graph, and inference mode also drops ATen's per-call bookkeeping for
-    autograd (version-counter bumps on in-place ops, view tracking, the autograd dispatch keys): 0.913-0.931x the
-    training time of ``ppo``, ``ppo-adaptive-clip`` and ``ppo-rlvr-prm`` slices on CartPole-v1 and TextMatch-v0
-    (2026-12-05, AVX-512 EPYC), with identical parameters. Tensors made inside are inference tensors: autograd
+    autograd (version-counter bumps on in-place ops, view tracking, the autograd dispatch keys), which on these tiny
+    tensors is a measurable share of a step (``docs/accel.md``); the numbers are the same. Tensors made inside are
+    inference tensors: autograd
     refuses them and they cannot be written in place outside the mode, so a path that may later run outside it keeps
     its buffers as normal tensors (:func:`_normal_empty`) and an autograd update never runs inside it
     (``on=False``: a no-op)."""
@@ -81,9 +81,8 @@ def _normal_empty(shape: Any) -> torch.Tensor:
 
 def _kept_buffers(cache: dict[Any, T], key: Any, make: Callable[[], T]) -> T:
     """Output buffers kept in ``cache`` under ``key`` and the grad mode, made by ``make()`` the first time: under
-    :func:`kernel_mode` as inference tensors (written without version counters or view tracking: ~4 us less per
-    rollout inference of 8 rows than normal tensors, AVX-512 EPYC, 2026-12-05), outside it as normal tensors (an
-    inference tensor cannot be written there)."""
+    :func:`kernel_mode` as inference tensors (written without version counters or view tracking), outside it as
+    normal tensors (an inference tensor cannot be written there)."""
     mode = torch.is_inference_mode_enabled()
     bufs = cache.get((key, mode))
     if bufs is None:
@@ -133,9 +132,9 @@ class MLPKernel:
     :meth:`backward` writes ``dL/dW``, ``dL/db`` into the parameters' ``.grad`` (views of a flat buffer).
 
     Above :data:`SMALL_BATCH` rows ``tanh`` is computed as ``2 sigmoid(2 z) - 1``, the doubling folded into the
-    layer's ``addmm`` (exact: a power of two): within 2e-7 of ``torch.tanh``, and 3x faster on the dev machine's
-    CPU, where ``torch.tanh`` of a 256 x 64 batch costs more than the matrix product before it. Its derivative is
-    ``1 - h^2`` either way.
+    layer's ``addmm`` (exact: a power of two): within 2e-7 of ``torch.tanh``, and faster on the CPUs measured, where
+    ``torch.tanh`` of a minibatch costs more than the matrix product before it. Its derivative is ``1 - h^2`` either
+    way.
     """
 
     def __init__(self, seq: nn.Sequential, activation: str):
@@ -212,7 +211,7 @@ class MLPKernel:
             h = self._inputs[i]
             gw, gb = weight.grad, bias.grad
             assert gw is not None and gb is not None
-            # dW = dz^T h, (out, in); BLAS is ~5x faster computing a narrow first layer as (h^T dz)^T
+            # dW = dz^T h, (out, in); BLAS is several times faster computing a narrow first layer as (h^T dz)^T
             if h.shape[1] < dz.shape[1]:
                 dw = torch.mm(h.t(), dz).t()
                 gw.add_(dw) if accumulate else gw.copy_(dw)
@@ -237,8 +236,8 @@ class MLPKernel:
 
 SMALL_BATCH = 64
 """Up to this many rows a hidden tanh layer uses ``torch.tanh`` (one call: per-call overhead dominates); above it the
-``2 sigmoid(2 z) - 1`` form (two calls, but ``torch.tanh`` costs more than the matmul at 256 x 64 on the dev
-machine's CPU). The two agree within 2e-7."""
+``2 sigmoid(2 z) - 1`` form (two calls, but ``torch.tanh`` of a minibatch costs more than its matmul). The two agree
+within 2e-7."""
 
 
 _MINUS_ONE = torch.tensor(-1.0)
@@ -256,8 +255,7 @@ def _hidden_act(z: torch.Tensor, tanh: bool, doubled: bool) -> torch.Tensor:
 class TwinMLPKernel:
     """The policy and value MLPs of a :func:`twin_compatible` policy run as one: each hidden layer is a single
     batched matmul over the two networks (``baddbmm`` on ``(2, B, width)``), the output layers stay separate.
-    Half the calls of two :class:`MLPKernel` (2.2x faster inference at 8 envs, ~25% faster at a 256 minibatch on
-    the dev machine), the same arithmetic per network.
+    Half the calls of two :class:`MLPKernel`, the same arithmetic per network.
     """
 
     def __init__(self, policy: ActorCritic, flat: FlatParameters):
@@ -355,7 +353,7 @@ class TwinMLPKernel:
             if extra_dz is not None:
                 dz[0].add_(extra_dz[i])
             h_in = acts[i]
-            if h_in.shape[2] < dz.shape[2]:  # narrow input layer: (h^T dz)^T is ~5x faster in BLAS
+            if h_in.shape[2] < dz.shape[2]:  # narrow input layer: (h^T dz)^T is several times faster in BLAS
                 dw = torch.bmm(h_in.transpose(1, 2), dz).transpose(1, 2)
                 gw.add_(dw) if accumulate else gw.copy_(dw)
             elif accumulate:
@@ -449,11 +447,7 @@ class PolicyKernel:
         them (sampling, storing into their buffers) before their next step.
 
         Why: the same calls and values as :meth:`_forward`, without a new tensor per layer (with :meth:`sample`'s
-        buffers, ~7 allocations fewer of a rollout inference's ~12 small calls). The rollout phase of a 100k-step
-        CartPole-v1 trial, medians of three (AVX-512 EPYC, 2026-12-05, scratch ``trialab.py``): ``ppo`` 1.424 ->
-        1.319 s, ``grpo`` 1.265 -> 1.197 s, ``grpo-pairwise`` 1.832 -> 1.684 s; ``ppo`` on TextMatch-v0 (30k steps, two
-        seeds) 0.818 -> 0.762 s. The 29 hashed trials of the speed log (parameters, metrics, evaluations) are
-        identical.
+        buffers, most of a rollout inference's allocations are gone); ``docs/accel.md`` has the rollout time saved.
         """
         if self.twin is not None:
             return self.twin.infer(x)
@@ -580,11 +574,14 @@ class PolicyKernel:
 
 
 def kernel_for(policy: ActorCritic, flat: FlatParameters | None = None) -> PolicyKernel | None:
-    """A :class:`PolicyKernel` for ``policy`` when the hand-derived path covers it, else None (use autograd):
-    vector observations, plain MLP policy and value networks (``nn.Sequential``), categorical or Gaussian head.
+    """A :class:`PolicyKernel` for ``policy`` when the hand-derived path covers it, else None (use autograd): a policy
+    on the CPU, vector observations, plain MLP policy and value networks (``nn.Sequential``), categorical or Gaussian
+    head.
     With the policy's :class:`FlatParameters` packed in :func:`parameter_order`, twin MLPs run as one."""
     from suite.algorithms.networks import CategoricalHead, GaussianHead
 
+    if policy.log_std.device.type != "cpu":  # the kernels are CPU code (numpy views of the parameters)
+        return None
     if policy.image or not isinstance(policy.head, CategoricalHead | GaussianHead):
         return None
     if not isinstance(policy.pi, nn.Sequential) or not (policy.vf is None or isinstance(policy.vf, nn.Sequential)):

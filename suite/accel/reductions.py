@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - numpy < 2 or a moved module: the publi
 def fast_mean(a: np.ndarray) -> Any:
     """``a.mean()`` over every element, bitwise: numpy's own steps (the same pairwise ``add.reduce``, the sum divided
     in float64 and cast back to ``a``'s float dtype; booleans and integers summed in float64) without ``np.mean``'s
-    Python wrapper, which costs ~9 us on the dev machine against ~2 us for these calls (a minibatch takes ~7)."""
+    Python wrapper, which costs several times these calls (a minibatch takes several means)."""
     if a.dtype.kind in "biu":
         return np.float64(float(_add_reduce(a, axis=None, dtype=np.float64)) / a.size)
     s = _add_reduce(a, axis=None)
@@ -33,7 +33,7 @@ def fast_mean(a: np.ndarray) -> Any:
 def fast_std(a: np.ndarray, ddof: int = 0) -> Any:
     """``a.std(ddof=ddof)`` of a float array over every element, bitwise (numpy's ``_var`` step by step: mean as in
     :func:`fast_mean`, squared deviations, their sum divided in float64 by ``n - ddof``, square root in ``a``'s
-    dtype); ~32 us -> ~8 us."""
+    dtype)."""
     if a.dtype.kind != "f":
         raise TypeError("fast_std takes a float array")
     x = a - fast_mean(a)
@@ -42,7 +42,7 @@ def fast_std(a: np.ndarray, ddof: int = 0) -> Any:
 
 def fast_var(a: np.ndarray, ddof: int = 0) -> Any:
     """``a.var(ddof=ddof)`` of a float array over every element, bitwise (:func:`fast_std` without the square root;
-    more elements than ``ddof``); ~16 us -> ~5 us a call on a rollout's 256 values."""
+    more elements than ``ddof``)."""
     if a.dtype.kind != "f":
         raise TypeError("fast_var takes a float array")
     x = a - fast_mean(a)
@@ -72,8 +72,8 @@ def fast_normalize(a: np.ndarray, eps: float) -> np.ndarray:
 def fast_normalize_rows(a: np.ndarray, eps: float) -> np.ndarray:
     """:func:`fast_normalize` of every row of a float array ``(m, b)``, ``b > 1``, bitwise, in one set of calls for
     all rows: numpy sums each row of a contiguous array along its last axis as it sums the row alone (the same
-    pairwise loop), and the divisions in float64 cast back to ``a``'s dtype are :func:`fast_mean`'s. An update's 20
-    minibatches of 256 advantages: ~114 -> ~18 us (AVX-512 EPYC, 2026-12-05)."""
+    pairwise loop), and the divisions in float64 cast back to ``a``'s dtype are :func:`fast_mean`'s (an update's
+    minibatches normalised in one set of calls instead of one per minibatch)."""
     a = np.ascontiguousarray(a)
     b = a.shape[1]
     mean = (_add_reduce(a, axis=1).astype(np.float64) / b).astype(a.dtype)

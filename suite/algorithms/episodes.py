@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from suite.accel.mlp import PolicyKernel, in_kernel_mode
-from suite.algorithms.core import NULL_CLOCK, Buffer
+from suite.algorithms.core import NULL_CLOCK, Buffer, policy_act
 from suite.algorithms.networks import ActorCritic
 from suite.envs import episode_limit, finished_episodes
 from suite.errors import UserError
@@ -215,6 +215,8 @@ class EpisodeGroupCollector:
         self.buf_logp = Buffer((T, N), torch.float32, storage)
         self.buf_rewards = np.zeros((T, N), dtype=np.float32)
         self.buf_mask = np.zeros((T, N), dtype=bool)
+        self.device = None if policy.device.type == "cpu" else policy.device
+        """The policy's device when it is not the CPU (the buffers stay on the CPU)."""
         self.clock: Any = NULL_CLOCK
         """The lap clock (``suite profile speed``; :data:`~suite.algorithms.core.NULL_CLOCK` otherwise)."""
 
@@ -243,7 +245,7 @@ class EpisodeGroupCollector:
             if self.kernel is not None:
                 actions, logp = self.kernel.sample(self.kernel.infer(x, with_values=False)[0])
             else:
-                actions, logp, _ = policy.act(x)
+                actions, logp, _ = policy_act(policy, x, self.device)
             clock.lap("inference", N)
             env_actions = policy.head.to_env(actions.numpy())
             if self.step_active_only:

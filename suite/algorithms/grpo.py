@@ -372,6 +372,8 @@ class GRPOTrainer(Trainer):
         max_len, cap = episode_cap(ctx, cfg.max_episode_steps)
         envs = ctx.make_envs(cfg.batch_episodes, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = grpo_policy(envs.single_observation_space, envs.single_action_space, cfg)
+        if self.off_cpu:
+            self.policy.to_device(self.device)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
         self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference (and the accelerator's passes)
@@ -455,13 +457,22 @@ class GRPOTrainer(Trainer):
     def loss(self, s: GroupSlice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The specification: :func:`grpo_loss` of a slice's steps under the current policy (weighted by the minibatch's
         aggregation weights, so the slices' losses sum to the minibatch's)."""
-        cfg = self.cfg
-        logp, entropy, _, _ = self.policy.evaluate_actions(s.obs, s.actions)
+        cfg, device = self.cfg, self.device
+        logp, entropy, _, _ = self.policy.evaluate_actions(s.obs.to(device), s.actions.to(device))
+        old, ref, adv, weights = (torch.from_numpy(a).to(device) for a in (s.old_log_probs, s.ref_log_probs,
+                                                                           s.advantages, s.weights))  # fmt: skip
         return grpo_loss(
-            logp, torch.from_numpy(s.old_log_probs), torch.from_numpy(s.ref_log_probs), torch.from_numpy(s.advantages),
-            torch.from_numpy(s.weights), eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta, entropy=entropy,
+            logp,
+            old,
+            ref,
+            adv,
+            weights,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            beta=cfg.beta,
+            entropy=entropy,
             ent_coef=cfg.ent_coef,
-        )  # fmt: skip
+        )
 
     def spec_forward(self, s: GroupSlice) -> Evaluated:
         loss, metrics = self.loss(s)
@@ -495,8 +506,11 @@ class GRPOTrainer(Trainer):
         with torch.no_grad():
             for s in range(0, len(t_idx), chunk):
                 sl = slice(s, s + chunk)
-                params = self.reference.policy_params(batch.obs[t_flat[sl], n_flat[sl]])
-                ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, actions[sl])
+                obs, acts = batch.obs[t_flat[sl], n_flat[sl]], actions[sl]
+                if self.off_cpu:
+                    obs, acts = obs.to(self.device), acts.to(self.device)
+                params = self.reference.policy_params(obs)
+                ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, acts)
         old_np, ref_np, adv_np = old_logp.numpy(), ref_logp.numpy(), t_adv.numpy()
         lr = self.stepper.begin_update(progress)
         forward = self.accelerator.forward if self.accelerator is not None else self.spec_forward

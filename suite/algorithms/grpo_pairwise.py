@@ -33,13 +33,14 @@ Deviations from the document's code, each for a stated reason:
   construction; the logged ``grad_var`` is the variance of the per-GROUP gradients of the pairwise loss
   (each group is an independent sample of the loss, the role minibatches play elsewhere).
 
-Since version 1.4.0 the update is taken by hand in the shared core (``hand_derived``, :meth:`PairwiseTrainer.
-hand_derived_step`): the loss's derivative per step's log-probability and entropy, one backward pass of the
-policy MLP per group (for ``grad_var``) and one for the whole loss, instead of three autograd passes; the same step
-up to float rounding (tested), image observations keep autograd.
+The specification is :meth:`PairwiseTrainer.loss` (autograd); on MLP policies the update runs its accelerator
+(:mod:`suite.accel.grpo_pairwise`) unless ``hand_derived = false``.
 
 Nearest published relatives: pairwise policy gradients, P3O (Wu et al. 2023, arXiv 2310.00212), and ranking
 losses on sampled responses, RRHF (Yuan et al. 2023, arXiv 2304.05302).
+
+Longer than one screen: the document's deviations above, and the per-group gradient variance it reports, are part of
+what the algorithm is.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ class EpisodeBatch:
     lengths: torch.Tensor
     """``(E,)`` int64 steps per episode."""
 
+    def to(self, device: torch.device) -> EpisodeBatch:
+        """The same batch with every tensor on ``device`` (a specification running off the CPU)."""
+        return EpisodeBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
 
 def flatten_episodes(groups: EpisodeGroups) -> EpisodeBatch:
     """The real steps of padded, time-major episodes (``EpisodeGroups`` from the shared collector), flattened.
@@ -175,7 +180,7 @@ def trajectory_log_weights(log_ratio: torch.Tensor, episode: torch.Tensor, lengt
     Returns:
         ``(E,)``.
     """
-    w = torch.zeros(lengths.shape[0], dtype=log_ratio.dtype).index_add(0, episode, torch.exp(log_ratio))
+    w = log_ratio.new_zeros(lengths.shape[0]).index_add(0, episode, torch.exp(log_ratio))
     return torch.log(w / lengths.to(log_ratio.dtype))
 
 
@@ -193,7 +198,7 @@ def pairwise_group_losses(
     lw, r = log_w[groups], returns[groups]
     coef = -F.logsigmoid((r[:, :, None] - r[:, None, :]) / temperature)
     k = groups.shape[1]
-    off_diagonal = 1.0 - torch.eye(k, dtype=lw.dtype)
+    off_diagonal = 1.0 - torch.eye(k, dtype=lw.dtype, device=lw.device)
     return (coef * (lw[:, :, None] - lw[:, None, :]) * off_diagonal).sum((1, 2)) / (k * (k - 1))
 
 
@@ -216,6 +221,8 @@ class PairwiseTrainer(Trainer):
         max_len, cap = episode_cap(ctx, cfg.max_episode_steps or 0)
         self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
+        if self.off_cpu:
+            self.policy.to_device(self.device)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
         self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference (and the accelerator's passes)
         self.collector = EpisodeGroupCollector(
@@ -250,7 +257,7 @@ class PairwiseTrainer(Trainer):
         logp, entropy, _, _ = self.policy.evaluate_actions(batch.obs, batch.actions)
         log_ratio = logp - batch.log_probs
         log_w = trajectory_log_weights(log_ratio, batch.episode, batch.lengths)
-        groups = self.shuffled_groups(batch.lengths.shape[0])  # fewer than n_trajectories in a batch cut by the budget
+        groups = self.shuffled_groups(batch.lengths.shape[0]).to(log_w.device)  # fewer than n_trajectories if cut
         group_losses = pairwise_group_losses(log_w, batch.returns, groups, cfg.temperature)
         loss = group_losses.mean() - cfg.ent_coef * entropy.mean()
         metrics = {
@@ -278,7 +285,7 @@ class PairwiseTrainer(Trainer):
 
     def spec_forward(self, batch: EpisodeBatch) -> Evaluated:
         """One epoch's loss by autograd, with the per-group gradients' variance (``group_grad_var``) in its metrics."""
-        loss, group_losses, m = self.loss(batch)
+        loss, group_losses, m = self.loss(batch.to(self.device) if self.off_cpu else batch)
         clock = self.clock
         clock.lap("forward", int(batch.episode.shape[0]))
         group_var = self.group_gradient_variance(group_losses)

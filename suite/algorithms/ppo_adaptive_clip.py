@@ -236,7 +236,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         self.popart = self._find(PopArtValue)
         n = self.collector.n_envs
         hidden = cfg.lstm_hidden
-        self.critic_state = (torch.zeros(n, hidden), torch.zeros(n, hidden))
+        self.critic_state = (torch.zeros(n, hidden, device=self.device), torch.zeros(n, hidden, device=self.device))
         self._stored_state: dict[str, torch.Tensor] = {}
 
     def build_policy(self) -> ActorCritic:
@@ -256,19 +256,19 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         a Markov observation, as in every env of the suite). The memory carried from the previous rollout was
         computed with the previous weights (the usual stale-state compromise).
         """
-        rec, policy = self.recurrent, self.policy
+        rec, policy, device = self.recurrent, self.policy, self.device
         T, N = rollout.rewards.shape
         h, c = self.critic_state
         hs, cs = torch.zeros(T, N, rec.hidden), torch.zeros(T, N, rec.hidden)
         for t in range(T):
             hs[t], cs[t] = h, c
             rec.memory = (h, c)
-            rollout.values[t] = policy.values(rollout.obs.at(t)).numpy()
+            rollout.values[t] = policy.values(rollout.obs.at(t).to(device)).cpu().numpy()
             h, c = rec.last_state
-            keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1)
+            keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1).to(device)
             h, c = h * keep, c * keep
         rec.memory = (h, c)
-        rollout.last_values[:] = policy.values(policy.prepare_obs(self.collector.obs)).numpy()
+        rollout.last_values[:] = policy.values(policy.prepare_obs(self.collector.obs).to(device)).cpu().numpy()
         rec.memory = None
         self.critic_state = (h, c)
         self._stored_state = {"h": hs.reshape(T * N, -1), "c": cs.reshape(T * N, -1)}
@@ -303,7 +303,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
             self.std_ref = std if self.std_ref is None else m * self.std_ref + (1 - m) * std
         if self.popart is not None:
             returns = advantages + rollout.values.mean(-1)  # the value targets (GAE's lambda-returns)
-            self.popart.update_stats(torch.from_numpy(returns).reshape(-1))
+            self.popart.update_stats(torch.from_numpy(returns).reshape(-1).to(self.device))
             metrics.update(popart_mu=float(self.popart.mu[0]), popart_sigma=float(self.popart.sigma[0]))
         return metrics
 

@@ -221,7 +221,7 @@ class RlvrPrmTrainer(ActorCriticTrainer):
         pi_old. Computed in chunks, so image rollouts are never converted to float all at once."""
         out = torch.empty(rollout.n_samples, self.policy.head.n_params)
         for sl, obs in rollout.obs_all():
-            out[sl] = self.policy.policy_params(obs)
+            out[sl] = self.policy.policy_params(obs.to(self.device) if self.off_cpu else obs)
         return {"old_params": out}
 
     def loss_network_passes(self) -> str | None:

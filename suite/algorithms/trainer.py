@@ -32,6 +32,8 @@ class Trainer:
         self.ctx, self.cfg = ctx, cfg
         self.device = torch.device(getattr(ctx, "device", "cpu"))
         """Where the policy, its optimiser and the update's tensors live (``--device``); accelerators run on CPU only."""
+        self.off_cpu = self.device.type != "cpu"
+        """Whether batches made on the CPU (rollout buffers, numpy tables) move to :attr:`device` for the loss."""
         self.accelerator: LossPath | None = None
         """The accelerated loss (:func:`suite.accel.accelerate`), or None: the update runs the specification."""
         self.n_updates = 0
