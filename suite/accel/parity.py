@@ -102,17 +102,27 @@ def _run(trainer: Any, forward: Any, batch: Any, rng: torch.Tensor) -> tuple[flo
     return _as_float(evaluated.loss), metrics, trainer.stepper.flat.grad.clone()
 
 
+def _use(got: torch.Tensor, want: torch.Tensor, tol: dict[str, float]) -> float:
+    """The largest share of the tolerance a difference uses: max |got - want| / (atol + rtol |want|)."""
+    return float(((got - want).abs() / (tol["atol"] + tol["rtol"] * want.abs())).max())
+
+
 def _close(name: str, got: float, want: float, tol: dict[str, float]) -> None:
     if not abs(got - want) <= tol["atol"] + tol["rtol"] * abs(want):
         raise AssertionError(f"{name}: accelerator {got!r} vs specification {want!r} (tolerance {tol})")
 
 
-def check_parity(accelerator: Accelerator, case: ParityCase) -> None:
+def check_parity(accelerator: Accelerator, case: ParityCase) -> dict[str, float]:
     """Run the checks of the module docstring on one case.
+
+    Returns:
+        The headroom: the largest share of :data:`GRAD_TOL` the gradients used (``gradients``) and of
+        :data:`UPDATE_TOL` the parameters used (``updates``); 1.0 is the tolerance itself.
 
     Raises:
         AssertionError: the accelerator does not apply to the case, or disagrees with the specification.
     """
+    used = {"gradients": 0.0, "updates": 0.0}
     with trainer_of(accelerator, case) as fast, trainer_of(accelerator, case) as reference:
         if fast.accelerator is None or not accelerator.applies(fast):
             raise AssertionError(f"{accelerator.name} does not apply to its parity case {case.label}")
@@ -128,6 +138,7 @@ def check_parity(accelerator: Accelerator, case: ParityCase) -> None:
                 torch.manual_seed(100 + u)
                 metrics.append(trainer.optimise(prepared, progress=0.3))
             got, want = fast.stepper.flat.data, reference.stepper.flat.data
+            used["updates"] = max(used["updates"], _use(got, want, UPDATE_TOL))
             if not torch.allclose(got, want, rtol=UPDATE_TOL["rtol"], atol=UPDATE_TOL["atol"]):
                 worst = float((got - want).abs().max())
                 raise AssertionError(f"{case.label}: parameters after update {u + 1} differ by up to {worst:.3g}")
@@ -164,9 +175,11 @@ def check_parity(accelerator: Accelerator, case: ParityCase) -> None:
                 _close(f"{case.label}: batch {i} {name}", metrics_a[name], value, VALUE_TOL)
             if not float(grad_s.abs().max()) > 0:
                 raise AssertionError(f"{case.label}: batch {i} has a zero gradient; the case checks nothing")
+            used["gradients"] = max(used["gradients"], _use(grad_a, grad_s, GRAD_TOL))
             if not torch.allclose(grad_a, grad_s, rtol=GRAD_TOL["rtol"], atol=GRAD_TOL["atol"]):
                 worst = float((grad_a - grad_s).abs().max())
                 raise AssertionError(f"{case.label}: batch {i} gradients differ by up to {worst:.3g}")
+    return used
 
 
 def check_fingerprint(accelerator: Accelerator) -> None:

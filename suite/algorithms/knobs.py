@@ -9,8 +9,9 @@ each says whether it is exact (the same numbers bit for bit) or moves results by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from suite.algorithms.core import OBS_STORAGE_DTYPES, ROLLOUT_STORAGES
+from suite.algorithms.core import OBS_STORAGE_DTYPES, ROLLOUT_STORAGES, resolve_obs_storage_dtype
 from suite.config import engineering
 
 
@@ -48,3 +49,7 @@ class ActorCriticKnobs:
             raise ValueError("gae_chunk must be >= 0 (0 = the whole rollout)")
         if not 1 <= self.grad_accumulation <= batch_size:
             raise ValueError("grad_accumulation must be between 1 and batch_size")
+
+    def check_env(self, env: Any) -> None:
+        """Env-dependent checks, before anything runs (``env``: the :class:`~suite.envs.EnvSpec`)."""
+        resolve_obs_storage_dtype(self.obs_storage_dtype, env.observation == "image")

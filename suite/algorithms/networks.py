@@ -296,6 +296,79 @@ class NatureCNN(nn.Module):
         return self.net[1:](h)
 
 
+# -- critics of ppo-adaptive-clip's options (document 000) ----------------------------------------------------
+class RecurrentCritic(nn.Module):
+    """An LSTM cell and a linear value head. Maps features ``(B, F)`` to values ``(B, H)`` from the memory in
+    :attr:`memory` (``(h, c)``, each ``(B, hidden)``; zeros when None) and leaves the new memory in
+    :attr:`last_state`. The trainer sets the memory: sequentially over a rollout, or per sample (the state
+    stored at that step, so one minibatch step backpropagates through one cell step, like R2D2's stored state).
+    """
+
+    def __init__(self, in_features: int, hidden: int, n_out: int):
+        super().__init__()
+        self.cell = nn.LSTMCell(in_features, hidden)
+        self.head = nn.Linear(hidden, n_out)
+        nn.init.orthogonal_(self.head.weight, gain=1.0)
+        nn.init.zeros_(self.head.bias)
+        self.hidden = hidden
+        self.memory: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.last_state: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        if self.memory is None:
+            zeros = f.new_zeros((f.shape[0], self.hidden))
+            state = (zeros, zeros)
+        else:
+            state = self.memory
+        h, c = self.cell(f, state)
+        self.last_state = (h, c)
+        return self.head(h)
+
+
+class PopArtValue(nn.Module):
+    """PopArt (van Hasselt et al. 2016, arXiv 1602.07714) around a critic whose last layer is ``last``.
+
+    The inner critic predicts normalised values ``v_n``; this module returns ``mu + sigma * v_n`` (return
+    units, so GAE and truncation bootstrapping see real values), with the gradient into ``v_n`` divided by
+    ``sigma ** 2``: an MSE against raw returns then has exactly the gradient of the MSE in normalised units,
+    which is what PopArt trains (``d/dv_n (mu + sigma v_n - R)^2 / sigma^2 = 2 (v_n - (R - mu) / sigma)``).
+    """
+
+    mu: torch.Tensor
+    nu: torch.Tensor
+    initialised: torch.Tensor
+
+    def __init__(self, inner: nn.Module, last: nn.Linear, beta: float):
+        super().__init__()
+        self.inner, self.last, self.beta = inner, last, beta
+        n = last.out_features
+        self.register_buffer("mu", torch.zeros(n))
+        self.register_buffer("nu", torch.ones(n))  # second moment
+        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        return torch.sqrt(torch.clamp(self.nu - self.mu.square(), min=1e-4))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        sigma = self.sigma
+        v = self.mu + sigma * self.inner(f)
+        return v.detach() + (v - v.detach()) / sigma.square()
+
+    @torch.no_grad()
+    def update_stats(self, targets: torch.Tensor) -> None:
+        """Move the moments towards a batch of value targets ``(B,)`` and rescale the last layer ("Art")."""
+        mu_old, sigma_old = self.mu.clone(), self.sigma
+        b_mean, b_sq = targets.mean(), targets.square().mean()
+        beta = 1.0 if not bool(self.initialised) else self.beta
+        self.mu.mul_(1 - beta).add_(beta * b_mean)
+        self.nu.mul_(1 - beta).add_(beta * b_sq)
+        self.initialised.fill_(True)
+        sigma_new = self.sigma
+        self.last.weight.mul_((sigma_old / sigma_new).unsqueeze(-1))
+        self.last.bias.copy_((sigma_old * self.last.bias + mu_old - self.mu) / sigma_new)
+
+
 class ActionHead:
     """Interprets the policy network's raw output ``params: (B, P)`` as a distribution over actions."""
 

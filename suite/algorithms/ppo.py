@@ -1,11 +1,10 @@
 """``ppo``: Proximal Policy Optimization (Schulman et al. 2017, arXiv 1707.06347), SB3-equivalent.
 
 Clipped surrogate, GAE advantages normalised per minibatch, unclipped value loss by default, entropy bonus, global
-grad-norm clip, linear schedules; time-limit truncations bootstrap from V(final obs). The loop (rollouts, GAE,
-minibatch epochs, Adam) is the shared actor-critic trainer's (:mod:`suite.algorithms.actor_critic`); what is PPO's
-own is its config and :func:`ppo_policy_value_loss`. Per-env defaults are rl-baselines3-zoo's ``hyperparams/ppo.yml``
-(``suite/hyperparams/ppo.toml``). The engineering knobs (vectorisation, buffers, micro-batches) are
-:class:`~suite.algorithms.knobs.ActorCriticKnobs`.
+grad-norm clip, linear schedules; time-limit truncations bootstrap from V(final obs). The loop is the shared
+actor-critic trainer's (:mod:`suite.algorithms.actor_critic`); PPO's own are its config (per-env defaults: the zoo's
+``hyperparams/ppo.yml`` in ``suite/hyperparams/ppo.toml``; knobs: :class:`~suite.algorithms.knobs.ActorCriticKnobs`)
+and its loss, :func:`ppo_policy_value_loss`.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 import torch
 
 from suite.algorithms.actor_critic import ActorCriticTrainer, actor_critic_policy
-from suite.algorithms.core import Minibatch, resolve_obs_storage_dtype
+from suite.algorithms.core import Minibatch
 from suite.algorithms.knobs import ActorCriticKnobs
 from suite.config import Schedule
 from suite.registry import register
@@ -79,10 +78,6 @@ class PPOConfig(ActorCriticKnobs):
         if self.activation not in ("tanh", "relu"):
             raise ValueError("activation must be tanh or relu")
         self.check_knobs(self.batch_size)
-
-    def check_env(self, env: Any) -> None:
-        """Env-dependent checks, before anything runs (``env``: the :class:`~suite.envs.EnvSpec`)."""
-        resolve_obs_storage_dtype(self.obs_storage_dtype, env.observation == "image")
 
 
 ActorCriticConfig = PPOConfig

@@ -34,7 +34,12 @@ no such algorithm (its ``GRPOTrainer`` is DeepSeekMath's GRPO). What the documen
   preserved when the moments move.
 
 The document's claimed text-generation numbers (CNN/DailyMail, 12k vs 15k steps, reward 2.45 vs 2.31) have
-no protocol; the suite measures the algorithm on its own envs instead.
+no protocol; the suite measures the algorithm on its own envs instead. The loss is PPO's
+(:func:`~suite.algorithms.ppo.ppo_policy_value_loss`) with this update's clip range: :meth:`AdaptiveClipTrainer.loss`.
+
+Longer than one screen: the document's options (two readings of its clip rule, the recurrent critic's pass over the
+rollout, PopArt's moments, a learning-rate decay) each need config and update code of their own; the critics' modules
+are in :mod:`suite.algorithms.networks`.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from torch import nn
 
 from suite.algorithms.actor_critic import ActorCriticTrainer
 from suite.algorithms.core import Minibatch, Rollout, net_config
-from suite.algorithms.networks import ActorCritic
+from suite.algorithms.networks import ActorCritic, PopArtValue, RecurrentCritic
 from suite.algorithms.ppo import PPOConfig, ppo_policy_value_loss
 from suite.registry import register
 
@@ -120,79 +125,6 @@ def adaptive_clip_range(
     """``clip(base * (raw_adv_std / std_ref) ** exponent, clip_min, clip_max)`` (see the module docstring)."""
     ratio = raw_adv_std / std_ref if std_ref > 0 else 1.0
     return float(min(max(base * ratio**exponent, clip_min), clip_max))
-
-
-# -- critic modules ---------------------------------------------------------------------------------------
-class RecurrentCritic(nn.Module):
-    """An LSTM cell and a linear value head. Maps features ``(B, F)`` to values ``(B, H)`` from the memory in
-    :attr:`memory` (``(h, c)``, each ``(B, hidden)``; zeros when None) and leaves the new memory in
-    :attr:`last_state`. The trainer sets the memory: sequentially over a rollout, or per sample (the state
-    stored at that step, so one minibatch step backpropagates through one cell step, like R2D2's stored state).
-    """
-
-    def __init__(self, in_features: int, hidden: int, n_out: int):
-        super().__init__()
-        self.cell = nn.LSTMCell(in_features, hidden)
-        self.head = nn.Linear(hidden, n_out)
-        nn.init.orthogonal_(self.head.weight, gain=1.0)
-        nn.init.zeros_(self.head.bias)
-        self.hidden = hidden
-        self.memory: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.last_state: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def forward(self, f: torch.Tensor) -> torch.Tensor:
-        if self.memory is None:
-            zeros = f.new_zeros((f.shape[0], self.hidden))
-            state = (zeros, zeros)
-        else:
-            state = self.memory
-        h, c = self.cell(f, state)
-        self.last_state = (h, c)
-        return self.head(h)
-
-
-class PopArtValue(nn.Module):
-    """PopArt (van Hasselt et al. 2016, arXiv 1602.07714) around a critic whose last layer is ``last``.
-
-    The inner critic predicts normalised values ``v_n``; this module returns ``mu + sigma * v_n`` (return
-    units, so GAE and truncation bootstrapping see real values), with the gradient into ``v_n`` divided by
-    ``sigma ** 2``: an MSE against raw returns then has exactly the gradient of the MSE in normalised units,
-    which is what PopArt trains (``d/dv_n (mu + sigma v_n - R)^2 / sigma^2 = 2 (v_n - (R - mu) / sigma)``).
-    """
-
-    mu: torch.Tensor
-    nu: torch.Tensor
-    initialised: torch.Tensor
-
-    def __init__(self, inner: nn.Module, last: nn.Linear, beta: float):
-        super().__init__()
-        self.inner, self.last, self.beta = inner, last, beta
-        n = last.out_features
-        self.register_buffer("mu", torch.zeros(n))
-        self.register_buffer("nu", torch.ones(n))  # second moment
-        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))
-
-    @property
-    def sigma(self) -> torch.Tensor:
-        return torch.sqrt(torch.clamp(self.nu - self.mu.square(), min=1e-4))
-
-    def forward(self, f: torch.Tensor) -> torch.Tensor:
-        sigma = self.sigma
-        v = self.mu + sigma * self.inner(f)
-        return v.detach() + (v - v.detach()) / sigma.square()
-
-    @torch.no_grad()
-    def update_stats(self, targets: torch.Tensor) -> None:
-        """Move the moments towards a batch of value targets ``(B,)`` and rescale the last layer ("Art")."""
-        mu_old, sigma_old = self.mu.clone(), self.sigma
-        b_mean, b_sq = targets.mean(), targets.square().mean()
-        beta = 1.0 if not bool(self.initialised) else self.beta
-        self.mu.mul_(1 - beta).add_(beta * b_mean)
-        self.nu.mul_(1 - beta).add_(beta * b_sq)
-        self.initialised.fill_(True)
-        sigma_new = self.sigma
-        self.last.weight.mul_((sigma_old / sigma_new).unsqueeze(-1))
-        self.last.bias.copy_((sigma_old * self.last.bias + mu_old - self.mu) / sigma_new)
 
 
 def adaptive_clip_policy(observation_space: Any, action_space: Any, cfg: AdaptiveClipConfig) -> ActorCritic:

@@ -37,6 +37,9 @@ update runs its accelerator (:mod:`suite.accel.ppo_rlvr_prm`, the same loss with
 
 The document's score table (CartPole 500.0, LunarLander 315.2, Pong 21.5, Hopper 3789.1) has no seeds,
 budgets or protocol, and Pong above 21 is impossible; the suite measures instead of quoting it.
+
+Longer than one screen: its two modules are each a specification of their own (the ensemble's variance weighting; a
+regulariser with an exact and a Monte Carlo JS and an input-gradient penalty by double backward).
 """
 
 from __future__ import annotations
