@@ -65,6 +65,12 @@ def _add_exec(p: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help=f"start a run of more than {1000:,} trials without asking")
 
 
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu",
+                   help="torch device of the algorithms' networks: cpu (default) or cuda[:N]; accelerators run on "
+                        "the cpu only; recorded, and part of the trial key when not cpu")  # fmt: skip
+
+
 def _add_plugin(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--plugin", action="append", metavar="FILE.py|MODULE",
@@ -91,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="[ALGO:]KEY=VALUE", help="hyperparameter override (TOML value)")
     p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--threads", type=int, help="torch threads per trial (default 1; recorded)")
+    _add_device(p)
     p.add_argument("--no-save-models", action="store_true", help="do not save trained policies")
     p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -133,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_device(p)
     _add_exec(p)
     _add_plugin(p)
     _add_db(p)
@@ -141,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="path of a saved policy (.pt)")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="trial seed whose evaluation seeds are used")
+    _add_device(p)
     _add_plugin(p)
 
     p = sub.add_parser("profile", help="profile a training slice: speed per part of the loop, memory per phase")
@@ -342,10 +351,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if value is not None:
             words += [flag, str(value)]
     words += ["--no-run"] if args.no_run else []
-    _, summary = reproduce(
-        claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
-        run=not args.no_run, command=shlex.join(words),
-    )  # fmt: skip
+    from suite.trial import check_device, trial_device
+
+    with trial_device(check_device(args.device)):  # the claim set's trial specs run on it
+        _, summary = reproduce(
+            claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
+            run=not args.no_run, command=shlex.join(words),
+        )  # fmt: skip
     if summary is not None and summary.interrupted:
         print(
             f"suite: interrupted by {_signal_name(summary.signum)}; {len(summary.finished)} finished trials were saved. "
@@ -418,7 +430,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"--env-arg expects key=value, got {item!r}")
             env_kwargs[key.strip()] = value.strip().strip('"')
         specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_kwargs}) for s in specs]
-    specs = [dataclasses.replace(s, memory_profile=args.memory_profile) for s in specs]
+    specs = [dataclasses.replace(s, memory_profile=args.memory_profile, device=args.device) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
     if len(specs) > LARGE_RUN_TRIALS and not args.yes:
@@ -566,10 +578,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
+    import torch
 
-    from suite.trial import eval_seeds, evaluate_policy, load_policy
+    from suite.trial import check_device, eval_seeds, evaluate_policy, load_policy
 
+    device = torch.device(check_device(args.device))
     policy, payload = load_policy(args.model)
+    if device.type != "cpu":
+        policy.to_device(device)
     returns, lengths = evaluate_policy(
         lambda o: policy.predict(o, deterministic=True), payload["env_id"], payload["env_kwargs"],
         eval_seeds(args.seed, args.episodes),

@@ -42,6 +42,47 @@ EVAL_SEED_BASE = 2**30
 EVAL_SEED_STRIDE = 1_000
 RECORD_FORMAT = 2
 
+_DEVICE = ["cpu"]
+"""The device a :class:`TrialSpec` gets when none is given (``--device`` of ``suite reproduce``, whose specs come from the
+claim set: :func:`default_device`)."""
+
+
+def default_device() -> str:
+    """The device of a new :class:`TrialSpec` that names none: ``cpu`` unless inside :func:`trial_device`."""
+    return _DEVICE[-1]
+
+
+@contextlib.contextmanager
+def trial_device(device: str) -> Iterator[None]:
+    """Make ``device`` the default of the TrialSpecs created inside the block (``suite reproduce --device``)."""
+    _DEVICE.append(device)
+    try:
+        yield
+    finally:
+        _DEVICE.pop()
+
+
+def check_device(text: str) -> str:
+    """The torch device ``text`` names, checked: ``cpu``, ``cuda`` or ``cuda:N`` where torch sees that GPU.
+
+    Raises:
+        UserError: anything else, or a CUDA device on a machine where torch sees none (one line).
+    """
+    try:
+        device = torch.device(text)
+    except (RuntimeError, TypeError):
+        raise UserError(f"--device {text!r} is not a torch device; allowed: cpu, cuda, cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {text!r}: the suite runs on cpu or cuda; allowed: cpu, cuda, cuda:N")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f"--device {text}: torch {torch.__version__} sees no CUDA GPU on this machine; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise UserError(f"--device {text}: torch sees {count} CUDA GPU(s) (cuda:0 to cuda:{count - 1})")
+    return text
+
+
 PHASES = ("rollout", "advantages", "update", "eval")
 """The phases of a trial, timed (and, with a probe, measured for memory) separately. Every algorithm runs its loop
 inside them: ``rollout`` (acting and storing), ``advantages`` (returns/advantages of the batch), ``update``
@@ -108,6 +149,9 @@ class TrialSpec:
     memory_profile: str = "rss"
     """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.profile.memory`). Not part of the
     key: it measures, it never changes a result."""
+    device: str = field(default_factory=default_device)
+    """torch device of the algorithm's specification (``cpu``, ``cuda``, ``cuda:N``); accelerators run on the CPU
+    only. Part of the key only when it is not ``cpu``, so every CPU trial keeps its key."""
 
     def resolve(self) -> ResolvedTrial:
         from suite.plugins import load_plugins
@@ -124,6 +168,7 @@ class TrialSpec:
         from suite.profile.memory import check_mode
 
         check_mode(self.memory_profile)
+        check_device(self.device)
         algo = get_algorithm(self.algo)
         get_env_spec(self.env_id)
         check_compatible(algo, self.env_id)
@@ -147,6 +192,8 @@ class TrialSpec:
             "n_eval_episodes": self.n_eval_episodes,
             "eval_freq": eval_freq,
         }
+        if self.device != "cpu":
+            identity["device"] = self.device
         return ResolvedTrial(
             spec=self,
             algo=algo,
@@ -227,6 +274,8 @@ class TrialContext:
         self.env_spec = get_env_spec(spec.env_id)
         self.env_kwargs = resolved.env_kwargs
         self.seed = spec.seed
+        self.device = spec.device
+        """torch device of the algorithm's networks and update (accelerators run on the CPU only)."""
         self.total_timesteps = spec.total_timesteps
         self.train_seed = spec.seed * TRAIN_SEED_STRIDE
         """Reset seed of sub-env 0 (sub-env k gets ``train_seed + k``)."""
@@ -563,7 +612,7 @@ def _assemble(
         "baseline_rss_mb": baseline_rss,
         "final_eval_mean": float(final_returns.mean()) if final_returns is not None else None,
         "final_eval_std": float(final_returns.std()) if final_returns is not None else None,
-        "provenance": collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id),
+        "provenance": {**collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id), "device": spec.device},
         "suite_version": __version__,
         "started_at": started,
         "ended_at": utc_now_iso(),

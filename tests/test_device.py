@@ -96,3 +96,61 @@ def test_the_evaluation_of_a_policy_off_the_cpu_moves_inputs_and_actions():
     assert np.array_equal(policy.predict(obs), policy.predictor()(obs))
     stepper = GradientStepper(list(policy.parameters()), PPOConfig().learning_rate, 0.5)
     stepper.check_finite()
+
+
+# -- the plumbing: TrialSpec.device, --device ------------------------------------------------------------------------
+def test_cpu_is_the_default_and_leaves_the_key_as_it_was_another_device_is_part_of_it(monkeypatch):
+    from suite.trial import TrialSpec, trial_device
+
+    plain = TrialSpec("ppo", "CartPole-v1", 0, 1000)
+    assert plain.device == "cpu"
+    assert TrialSpec("ppo", "CartPole-v1", 0, 1000, device="cpu").resolve().key == plain.resolve().key
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    on_gpu = TrialSpec("ppo", "CartPole-v1", 0, 1000, device="cuda").resolve()
+    assert on_gpu.key != plain.resolve().key and on_gpu.config_hash == plain.resolve().config_hash
+    with trial_device("cuda:1"):  # suite reproduce --device: the claim set's specs take it
+        assert TrialSpec("ppo", "CartPole-v1", 0, 1000).device == "cuda:1"
+    assert TrialSpec("ppo", "CartPole-v1", 0, 1000).device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("cuda", "sees no CUDA GPU on this machine; use --device cpu"),
+        ("cuda:0", "sees no CUDA GPU"),
+        ("gpu", "is not a torch device"),
+        ("mps", "the suite runs on cpu or cuda"),
+    ],
+)
+def test_a_device_the_machine_does_not_have_is_one_error_line(monkeypatch, device, message):
+    from suite.errors import UserError
+    from suite.trial import TrialSpec
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match=message):
+        TrialSpec("ppo", "CartPole-v1", 0, 1000, device=device).resolve()
+
+
+@pytest.mark.parametrize("command", [["run", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "100"],
+                                     ["reproduce", "seed003-textmatch", "--no-run"]])  # fmt: skip
+def test_cli_device_without_a_gpu_is_one_line_exit_2(monkeypatch, tmp_path, capsys, command):
+    from suite.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--device", "cuda", "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("suite: error: --device cuda: torch") and "no CUDA GPU" in err[0]
+
+
+def test_cli_evaluate_takes_a_device_and_a_record_names_its_device(tmp_path, capsys, monkeypatch):
+    from suite.cli import main
+    from suite.trial import TrialSpec, run_trial
+
+    rec = run_trial(TrialSpec("ppo", "CartPole-v1", 0, 256, n_eval_episodes=1).resolve(), models_dir=tmp_path)
+    assert rec["provenance"]["device"] == "cpu" and rec["status"] == "ok"
+    assert main(["evaluate", rec["model_path"], "--episodes", "2", "--device", "cpu"]) == 0
+    assert "mean return" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["evaluate", rec["model_path"], "--device", "cuda"]) == 2

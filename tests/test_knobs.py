@@ -85,3 +85,18 @@ def test_a_knob_is_still_an_ordinary_field_of_the_key():
     torch_storage = TrialSpec("ppo", "CartPole-v1", 0, 1000, overrides={"rollout_storage": "torch"}).resolve()
     assert torch_storage.config.rollout_storage == "torch" and torch_storage.key != base.key
     assert config_to_dict(torch_storage.config)["rollout_storage"] == "torch"
+
+
+def test_the_reference_runs_trial_keys_are_what_its_studies_resolve_to():
+    """Every trial of the committed reference (``results/reference/``) resolves to the key it was recorded under:
+    neither the knobs' section nor the ``device`` field (``cpu`` by default) moves a key."""
+    from suite.study import load_study
+
+    with open(REPO / "results" / "reference" / "runs.csv", newline="") as fh:
+        recorded = {row["key"] for row in csv.DictReader(fh)}
+    keys = [
+        spec.resolve().key
+        for path in sorted((REPO / "results" / "reference" / "studies").glob("*.toml"))
+        for spec in load_study(str(path)).trials()
+    ]
+    assert len(keys) >= 8 and set(keys) <= recorded
