@@ -28,8 +28,8 @@ numpy's global ones, seeded by the trial, or ``ctx.seed_rng`` / ``ctx.draw_seeds
 from __future__ import annotations
 
 from suite.accel import Accelerator, Evaluated, ParityCase, fingerprint, register_accelerator
+from suite.accel.derivatives import LossDerivatives, kernel_evaluated, ppo_loss_derivatives
 from suite.accel.parity import check_fingerprint, check_parity
-from suite.accel.ppo import LossDerivatives, kernel_evaluated, ppo_loss_derivatives
 from suite.algorithms.actor_critic import ActorCriticTrainer, actor_critic_policy
 from suite.algorithms.core import (
     Diverged,

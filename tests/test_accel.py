@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from suite.accel.derivatives import ppo_loss_derivatives
 from suite.accel.flat import FlatAdam, FlatParameters
 from suite.accel.mlp import MLPKernel, kernel_for, parameter_order, twin_compatible
-from suite.accel.ppo import ppo_loss_derivatives
 from suite.algorithms.core import Minibatch, net_config
 from suite.algorithms.networks import ActorCritic
 from suite.algorithms.ppo import PPOConfig, ppo_policy_value_loss

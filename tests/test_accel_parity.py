@@ -96,3 +96,24 @@ def test_the_specification_runs_where_no_accelerator_applies():
     acc = next(a for a in accelerators() if a.name == "ppo-adaptive-clip-hand-derived")
     with trainer_of(acc, ParityCase("ppo-adaptive-clip", "CartPole-v1", {"critic": "lstm"})) as trainer:
         assert trainer.kernel is None and trainer.accelerator is None
+
+
+def test_a_stale_accelerator_never_runs_the_specification_does(monkeypatch):
+    """At run time too: an accelerator whose recorded fingerprint is not the specification's source is not used (the
+    trial runs the specification by autograd, with a warning), so an edited loss never runs on stale maths."""
+    import dataclasses
+
+    import suite.accel as accel
+    from suite.accel.parity import trainer_of
+
+    acc = next(a for a in BUILT_IN if a.name == "ppo-hand-derived")
+    stale = dataclasses.replace(acc, fingerprint="0" * 16)
+    monkeypatch.setitem(accel._ACCELERATORS, acc.name, stale)
+    monkeypatch.setattr(accel, "_CURRENT", {})
+    with pytest.warns(RuntimeWarning, match="ppo-hand-derived.*the specification runs instead"):
+        with trainer_of(stale, ParityCase("ppo", "CartPole-v1")) as trainer:
+            assert trainer.kernel is not None and trainer.accelerator is None
+    monkeypatch.setitem(accel._ACCELERATORS, acc.name, acc)
+    monkeypatch.setattr(accel, "_CURRENT", {})
+    with trainer_of(acc, ParityCase("ppo", "CartPole-v1")) as trainer:
+        assert trainer.accelerator is not None

@@ -117,7 +117,7 @@ def test_minibatch_extra_carries_old_log_probs_only_for_the_hand_derived_categor
     rollout = types.SimpleNamespace(n_samples=300, obs_all=lambda: iter([(slice(0, 300), obs)]))
     for action_space in (gym.spaces.Discrete(26), gym.spaces.Box(-1, 1, (3,), np.float32)):
         policy = ActorCritic(gym.spaces.Box(0, 1, (1,), np.float32), action_space, net_config(cfg))
-        trainer = types.SimpleNamespace(policy=policy, kernel=None)
+        trainer = types.SimpleNamespace(policy=policy, kernel=None, off_cpu=False)
         extra = RlvrPrmTrainer.minibatch_extra(trainer, rollout)  # the specification's: pi_old's outputs
         if accelerated:  # the accelerator adds pi_old's log-probabilities, once per update
             extra = RlvrPrmHandDerived(trainer).minibatch_extra(extra)  # type: ignore[arg-type]

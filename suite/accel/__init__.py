@@ -27,7 +27,8 @@ through the same checks: loss value, metrics and gradients on real minibatches o
 specification's, then several whole updates of both paths from the same state (tolerances stated there); and the
 fingerprint of the specification's source (:func:`fingerprint`: its syntax tree without docstrings, so formatting
 and comments do not count) against the one the accelerator records. Change a specification and its accelerator
-fails the harness until it is made to agree again and its fingerprint updated.
+fails the harness until it is made to agree again and its fingerprint updated; until then trials run the changed
+specification, never the stale accelerator (:func:`is_current`, checked once per process).
 
 A trainer that wants accelerators provides, besides the update loop that calls ``forward``: ``stepper`` (its
 :class:`~suite.algorithms.core.GradientStepper`), ``accelerator`` (None runs the specification),
@@ -42,6 +43,7 @@ import ast
 import hashlib
 import inspect
 import textwrap
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -126,7 +128,6 @@ class Accelerator:
 
 
 _ACCELERATORS: dict[str, Accelerator] = {}
-_BUILTINS_LOADED = False
 
 
 def register_accelerator(accelerator: Accelerator) -> Accelerator:
@@ -142,6 +143,7 @@ def register_accelerator(accelerator: Accelerator) -> Accelerator:
     if not accelerator.parity:
         raise ValueError(f"accelerator {accelerator.name!r} names no parity case: the harness must check it")
     _ACCELERATORS[accelerator.name] = accelerator
+    _CURRENT.pop(accelerator.name, None)
     return accelerator
 
 
@@ -152,17 +154,13 @@ def _where(fn: Callable[..., Any]) -> tuple[str, str]:
 def unregister_accelerator(name: str) -> None:
     """Remove a registration (a plugin whose import failed is undone; tests)."""
     _ACCELERATORS.pop(name, None)
+    _CURRENT.pop(name, None)
 
 
 def _load_builtins() -> None:
-    """Register the suite's own accelerators (once per process; they import the algorithms they accelerate)."""
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        import suite.accel.grpo
-        import suite.accel.grpo_pairwise
-        import suite.accel.ppo
-        import suite.accel.ppo_rlvr_prm  # noqa: F401
+    """Register the suite's own accelerators: importing :mod:`suite.algorithms` registers every built-in algorithm and
+    then its accelerator (so a process that preloads the algorithms, like the executors' forkserver, has them too)."""
+    import suite.algorithms  # noqa: F401
 
 
 def accelerators() -> list[Accelerator]:
@@ -173,14 +171,40 @@ def accelerators() -> list[Accelerator]:
 
 def accelerate(trainer: Any, specification: Callable[..., Any]) -> LossPath | None:
     """The accelerated loss of ``trainer``, whose specification is ``specification``, or None: none is registered for
-    it, none applies to the trainer's policy and config, or the trainer runs on another device than the CPU."""
+    it, none applies to the trainer's policy and config, the trainer runs on another device than the CPU, or the
+    specification's source is not the one the accelerator was checked against (:func:`is_current`: then the trial
+    runs the specification, with a warning, rather than a stale accelerator)."""
     if getattr(trainer, "device", torch.device("cpu")).type != "cpu":
         return None
     _load_builtins()
     for acc in _ACCELERATORS.values():
-        if acc.specification is specification and acc.applies(trainer):
+        if acc.specification is specification and acc.applies(trainer) and is_current(acc):
             return acc.build(trainer)
     return None
+
+
+_CURRENT: dict[str, bool] = {}
+
+
+def is_current(accelerator: Accelerator) -> bool:
+    """Whether the specification's source still has the fingerprint the accelerator records (once per process and
+    accelerator: a few milliseconds). A stale one warns once; where the source cannot be read (an install without
+    ``.py`` files) the accelerator is trusted, as the parity harness checked it where the source was."""
+    known = _CURRENT.get(accelerator.name)
+    if known is None:
+        try:
+            known = accelerator.current_fingerprint() == accelerator.fingerprint
+        except (OSError, TypeError):
+            known = True
+        if not known:
+            warnings.warn(
+                f"accelerator {accelerator.name!r} was checked against another version of its specification: the "
+                "specification runs instead (autograd) until the parity harness passes and its fingerprint is updated",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        _CURRENT[accelerator.name] = known
+    return known
 
 
 def fingerprint(*functions: Callable[..., Any]) -> str:

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from suite.accel import Accelerator, Evaluated, ParityCase, register_accelerator
+from suite.accel.derivatives import kernel_evaluated, ppo_loss_derivatives
 from suite.accel.jacobian import JacobianPenaltyGrad, jacobian_penalty
 from suite.accel.mlp import PolicyKernel
-from suite.accel.ppo import kernel_evaluated, ppo_loss_derivatives
 from suite.accel.reductions import fast_mean
 from suite.algorithms.core import Minibatch
 from suite.algorithms.networks import CategoricalHead

@@ -1,4 +1,6 @@
-"""Algorithm implementations; importing this package registers every one of them."""
+"""Algorithm implementations; importing this package registers every one of them, then their accelerators."""
+
+import importlib
 
 from suite.algorithms import (
     grpo,  # noqa: F401
@@ -8,3 +10,6 @@ from suite.algorithms import (
     ppo_rlvr_prm,  # noqa: F401
     sb3,  # noqa: F401
 )
+
+for _accelerated in ("grpo", "grpo_pairwise", "ppo", "ppo_rlvr_prm"):  # after the algorithms: they import them
+    importlib.import_module(f"suite.accel.{_accelerated}")

@@ -118,7 +118,13 @@ class ActorCriticTrainer(Trainer):
 
     def spec_forward(self, mb: Minibatch) -> Evaluated:
         loss, metrics = self.loss(mb.to(self.device) if self.off_cpu else mb)
-        return Evaluated(loss, metrics, lambda accumulate: self.stepper.backward(loss))
+
+        def backward(accumulate: bool) -> None:
+            if not accumulate:
+                self.stepper.zero_grad()
+            self.stepper.backward(loss)
+
+        return Evaluated(loss, metrics, backward)
 
     # -- one update --------------------------------------------------------------------------------------
     @in_kernel_mode(lambda self: self.accelerator is not None)
