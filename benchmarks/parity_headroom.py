@@ -1,6 +1,6 @@
 """How much of the parity harness's tolerances each accelerator uses (1.0 = the tolerance itself).
 
-Runs :func:`suite.accel.parity.check_parity` on every registered accelerator's cases and prints, per case, the largest
+Runs :func:`suite.parity.check_parity` on every registered accelerator's cases and prints, per case, the largest
 share of the gradient tolerance and of the update tolerance the accelerator's results used against its
 specification's.
 
@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import suite.algorithms  # noqa: E402, F401
 from suite.accel import accelerators  # noqa: E402
-from suite.accel.parity import GRAD_TOL, UPDATE_TOL, check_parity  # noqa: E402
+from suite.parity import GRAD_TOL, UPDATE_TOL, check_parity  # noqa: E402
 
 
 def main() -> int:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from suite.accel import Accelerator, Evaluated, ParityCase, fingerprint, register_accelerator
 from suite.accel.derivatives import LossDerivatives, kernel_evaluated, ppo_loss_derivatives
-from suite.accel.parity import check_fingerprint, check_parity
 from suite.algorithms.actor_critic import ActorCriticTrainer, actor_critic_policy
 from suite.algorithms.core import (
     Diverged,
@@ -48,6 +47,7 @@ from suite.algorithms.ppo import ActorCriticConfig, ppo_policy_value_loss
 from suite.config import Schedule, build_config, config_to_dict, load_toml
 from suite.envs import EnvSpec, final_observations, finished_episodes, get_env_spec, make_vec_env, register_env_spec
 from suite.errors import UserError
+from suite.parity import check_fingerprint, check_parity
 from suite.registry import AlgorithmSpec, get_algorithm, register
 from suite.trial import PHASES, Agent, TrialContext, eval_seeds
 

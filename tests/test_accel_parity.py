@@ -1,6 +1,6 @@
 """The shared parity harness over every registered accelerator (built-in, and the example plugin's): each computes its
 specification's loss, metrics and gradients, and takes its updates, within the tolerances of
-:mod:`suite.accel.parity`; and each was checked against the specification's source as it is now."""
+:mod:`suite.parity`; and each was checked against the specification's source as it is now."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from suite.accel import (
     source_fingerprint,
     unregister_accelerator,
 )
-from suite.accel.parity import check_fingerprint, check_parity
+from suite.parity import check_fingerprint, check_parity
 from suite.plugins import isolated, load_plugins
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "accelerated" / "ppo_logit_penalty.py"
@@ -88,7 +88,7 @@ def test_the_fingerprint_ignores_documentation_and_layout_but_not_code():
 def test_the_specification_runs_where_no_accelerator_applies():
     """An autograd-only setting (``hand_derived = false``, an LSTM critic, image observations) has no accelerator; the
     trainer runs its specification."""
-    from suite.accel.parity import trainer_of
+    from suite.parity import trainer_of
 
     acc = next(a for a in accelerators() if a.name == "ppo-rlvr-prm-hand-derived")
     with trainer_of(acc, ParityCase("ppo-rlvr-prm", "CartPole-v1", {"hand_derived": False})) as trainer:
@@ -104,7 +104,7 @@ def test_a_stale_accelerator_never_runs_the_specification_does(monkeypatch):
     import dataclasses
 
     import suite.accel as accel
-    from suite.accel.parity import trainer_of
+    from suite.parity import trainer_of
 
     acc = next(a for a in BUILT_IN if a.name == "ppo-hand-derived")
     stale = dataclasses.replace(acc, fingerprint="0" * 16)

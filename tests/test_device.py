@@ -67,7 +67,7 @@ def _device_path(trainer) -> None:
 def test_the_specification_path_a_device_takes_trains(algo, env, overrides):
     """Two iterations of every suite algorithm on that path: parameters finite and moved, the usual metrics."""
     from suite.accel import accelerators
-    from suite.accel.parity import owner_class
+    from suite.parity import owner_class
     from suite.trial import TrialContext, TrialSpec, seed_everything
 
     resolved = TrialSpec(algo, env, 0, 10**6, overrides=overrides).resolve()

@@ -22,13 +22,13 @@ The interface, all of it:
   it applies, how to build it, the source fingerprint of the specification it was checked against, and the cases
   of the shared parity harness.
 
-**The parity harness** (``tests/test_accel_parity.py``) runs every registered accelerator, plugins' included,
-through the same checks: loss value, metrics and gradients on real minibatches of a trial against the
-specification's, then several whole updates of both paths from the same state (tolerances stated there); and the
-fingerprint of the specification's source (:func:`fingerprint`: its syntax tree without docstrings, so formatting
-and comments do not count) against the one the accelerator records. Change a specification and its accelerator
-fails the harness until it is made to agree again and its fingerprint updated; until then trials run the changed
-specification, never the stale accelerator (:func:`is_current`, checked once per process).
+**The parity harness** (:mod:`suite.parity`, run by ``tests/test_accel_parity.py``) runs every registered
+accelerator, plugins' included, through the same checks: loss value, metrics and gradients on real minibatches of a
+trial against the specification's, then several whole updates of both paths from the same state (tolerances stated
+there); and the fingerprint of the specification's source (:func:`fingerprint`: its syntax tree without docstrings,
+so formatting and comments do not count) against the one the accelerator records. Change a specification and its
+accelerator fails the harness until it is made to agree again and its fingerprint updated; until then trials run the
+changed specification, never the stale accelerator (:func:`is_current`, checked once per process).
 
 A trainer that wants accelerators provides, besides the update loop that calls ``forward``: ``stepper`` (its
 :class:`~suite.algorithms.core.GradientStepper`), ``accelerator`` (None runs the specification),
@@ -157,15 +157,9 @@ def unregister_accelerator(name: str) -> None:
     _CURRENT.pop(name, None)
 
 
-def _load_builtins() -> None:
-    """Register the suite's own accelerators: importing :mod:`suite.algorithms` registers every built-in algorithm and
-    then its accelerator (so a process that preloads the algorithms, like the executors' forkserver, has them too)."""
-    import suite.algorithms  # noqa: F401
-
-
 def accelerators() -> list[Accelerator]:
-    """Every registered accelerator, built-ins first."""
-    _load_builtins()
+    """Every registered accelerator. The built-in ones register when :mod:`suite.algorithms` is imported (after the
+    algorithms they accelerate), plugins' when the plugin loads: this module imports neither."""
     return list(_ACCELERATORS.values())
 
 
@@ -176,7 +170,6 @@ def accelerate(trainer: Any, specification: Callable[..., Any]) -> LossPath | No
     runs the specification, with a warning, rather than a stale accelerator)."""
     if getattr(trainer, "device", torch.device("cpu")).type != "cpu":
         return None
-    _load_builtins()
     for acc in _ACCELERATORS.values():
         if acc.specification is specification and acc.applies(trainer) and is_current(acc):
             return acc.build(trainer)

@@ -1,7 +1,5 @@
 """Algorithm implementations; importing this package registers every one of them, then their accelerators."""
 
-import importlib
-
 from suite.algorithms import (
     grpo,  # noqa: F401
     grpo_pairwise,  # noqa: F401
@@ -11,5 +9,11 @@ from suite.algorithms import (
     sb3,  # noqa: F401
 )
 
-for _accelerated in ("grpo", "grpo_pairwise", "ppo", "ppo_rlvr_prm"):  # after the algorithms: they import them
-    importlib.import_module(f"suite.accel.{_accelerated}")
+# isort: off
+# the accelerators after the algorithms they accelerate (they import them)
+import suite.accel.grpo  # noqa: E402, F401
+import suite.accel.grpo_pairwise  # noqa: E402, F401
+import suite.accel.ppo  # noqa: E402, F401
+import suite.accel.ppo_rlvr_prm  # noqa: E402, F401
+
+# isort: on

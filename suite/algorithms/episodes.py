@@ -178,7 +178,7 @@ class EpisodeGroupCollector:
             max_len: Longest possible episode; the buffers hold ``max_len`` steps.
             cap: The suite's episode cap when it is below the env's own limit (:func:`episode_cap`); episodes
                 truncated by it are partial and stay out of the learning curve.
-            kernel: the policy's hand-derived inference (:mod:`suite.algorithms.fused`), or None (module calls).
+            kernel: the policy's hand-derived inference (:mod:`suite.accel.mlp`), or None (module calls).
             storage: the ``rollout_storage`` toggle (numpy or torch buffers, :class:`~suite.algorithms.core.Buffer`).
         """
         self.ctx, self.envs, self.policy, self.kernel = ctx, envs, policy, kernel

@@ -14,7 +14,8 @@ with both, and checks
 
 :func:`check_fingerprint` says whether the specification's source is still the one the accelerator was checked
 against. ``tests/test_accel_parity.py`` runs both over every registered accelerator, plugins' included; a plugin may
-call them from its own tests.
+call them from its own tests (``suite.api``). It builds real trials, so it sits above the trial runner, not in
+:mod:`suite.accel`.
 """
 
 from __future__ import annotations
