@@ -31,7 +31,6 @@ from suite.accel import Accelerator, Evaluated, ParityCase, fingerprint, registe
 from suite.accel.derivatives import LossDerivatives, kernel_evaluated, ppo_loss_derivatives
 from suite.algorithms.actor_critic import ActorCriticTrainer, actor_critic_policy
 from suite.algorithms.core import (
-    Diverged,
     GradientStepper,
     Minibatch,
     RewardNormalizer,
@@ -45,11 +44,15 @@ from suite.algorithms.core import (
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.algorithms.ppo import ActorCriticConfig, ppo_policy_value_loss
 from suite.config import Schedule, build_config, config_to_dict, load_toml
-from suite.envs import EnvSpec, final_observations, finished_episodes, get_env_spec, make_vec_env, register_env_spec
-from suite.errors import UserError
+from suite.context import PHASES, Agent, TrialContext
+from suite.envs.factory import make_vec_env
+from suite.envs.infos import final_observations, finished_episodes
+from suite.envs.specs import EnvSpec, get_env_spec, register_env_spec
+from suite.errors import Diverged, UserError
 from suite.parity import check_fingerprint, check_parity
+from suite.plugins import load_entry_points  # noqa: F401  (importing it installs the look-ups' plugin loader)
 from suite.registry import AlgorithmSpec, get_algorithm, register
-from suite.trial import PHASES, Agent, TrialContext, eval_seeds
+from suite.seeding import eval_seeds
 
 API_VERSION = "1.1"
 """``MAJOR.MINOR`` of this module (see the module doc for what each part promises)."""

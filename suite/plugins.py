@@ -16,10 +16,14 @@ one :class:`~suite.errors.UserError` naming the plugin, before anything runs; wh
 failing is removed again, so a failed load leaves the registries as they were. An id is never overridden.
 
 Every registration made while a plugin loads is attributed to it (``AlgorithmSpec.plugin`` and
-``plugin_version``; :func:`env_spec_plugin`), and trial records carry the plugin's name and version in their
+``plugin_version``, the owner of a plugin env spec), and trial records carry the plugin's name and version in their
 provenance (:func:`provenance_of`).
 
-This module imports only the standard library at the top: the registries call into it lazily.
+This module pushes into the floors below it, which never import it: each plugin's import runs inside
+:func:`suite.registry.attributed_to` and :func:`suite.envs.specs.attributed_to`, and on import it installs
+:func:`load_entry_points` and :func:`provenance_of` in :mod:`suite.loading`, where the registries and provenance
+find them. It imports only the standard library and the foundation at the top (the registries and envs when it
+loads something), so any command may import it first.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from suite import loading
 from suite.errors import UserError
 
 ALGORITHMS_GROUP = "rl_suite.algorithms"
@@ -76,18 +81,11 @@ class PluginInfo:
 
 _LOADED: dict[str, PluginInfo] = {}
 """Loaded plugins by key: the absolute path of a file, else the module name."""
-_CURRENT: list[PluginInfo] = []
-"""Stack of plugins being imported right now (registrations are attributed to the top)."""
 _ENTRY_POINTS_DONE = False
 _ENTRY_POINTS_LOADING = False
 
 
-# -- what the registries ask ------------------------------------------------------------------------------
-def current_plugin() -> PluginInfo | None:
-    """The plugin whose import is running (registrations made now belong to it), or None for the suite itself."""
-    return _CURRENT[-1] if _CURRENT else None
-
-
+# -- what was loaded ----------------------------------------------------------------------------------------
 def loaded_plugins() -> list[PluginInfo]:
     """Every plugin loaded in this process so far, in load order."""
     return list(_LOADED.values())
@@ -241,24 +239,23 @@ def _import_registering(key: str, info: PluginInfo, run: Any) -> PluginInfo:
 
     On any failure the registrations it made are removed again and one UserError names the plugin.
     """
-    from suite import envs, registry
+    from suite import registry
+    from suite.envs import specs
 
-    algos_before, envs_before = registry.snapshot(), envs.snapshot_env_specs()
+    algos_before, envs_before = registry.snapshot(), specs.snapshot_env_specs()
     modules_before = set(sys.modules)
-    _CURRENT.append(info)
     try:
-        module = run()
+        with registry.attributed_to(info.name, info.version), specs.attributed_to(info.name):
+            module = run()
     except BaseException as exc:
         registry.restore(algos_before)
-        envs.restore_env_specs(envs_before)
+        specs.restore_env_specs(envs_before)
         for name in set(sys.modules) - modules_before:
             if name == info.module or name.startswith(info.module + "."):
                 del sys.modules[name]
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         raise UserError(_failure_message(info, exc)) from None
-    finally:
-        _CURRENT.pop()
     version = info.version
     if info.kind != "package" and isinstance(getattr(module, "__version__", None), str):
         version = module.__version__
@@ -267,7 +264,7 @@ def _import_registering(key: str, info: PluginInfo, run: Any) -> PluginInfo:
         registry.set_plugin_version(new_algos, version)
     loaded = PluginInfo(
         info.name, version, info.kind, info.source, info.module, info.sha256, algorithms=new_algos,
-        envs=tuple(sorted(set(envs.snapshot_env_specs()) - set(envs_before))), spec=info.spec,
+        envs=tuple(sorted(set(specs.snapshot_env_specs()) - set(envs_before))), spec=info.spec,
     )  # fmt: skip
     _LOADED[key] = loaded
     return loaded
@@ -307,11 +304,12 @@ def _distribution_of(module: str) -> tuple[str, str] | None:
 def isolated() -> Iterator[None]:
     """Run a block, then forget the plugins loaded inside it and remove what they registered (for tests that load
     plugins in-process; a real process never unloads a plugin)."""
-    from suite import envs, registry
+    from suite import registry
+    from suite.envs import specs
 
     global _ENTRY_POINTS_DONE
     loaded, done = dict(_LOADED), _ENTRY_POINTS_DONE
-    algos, specs = registry.snapshot(), envs.snapshot_env_specs()
+    algos, env_specs = registry.snapshot(), specs.snapshot_env_specs()
     try:
         yield
     finally:
@@ -321,4 +319,7 @@ def isolated() -> Iterator[None]:
                 del sys.modules[name]
         _ENTRY_POINTS_DONE = done
         registry.restore(algos)
-        envs.restore_env_specs(specs)
+        specs.restore_env_specs(env_specs)
+
+
+loading.install(load_entry_points, provenance_of)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import suite
+from suite.loading import plugin_provenance
 
 PROVENANCE_FORMAT_VERSION = 1
 """Bumped when keys of :func:`collect_provenance`'s dict are renamed or removed (adding keys does not bump it)."""
@@ -76,8 +77,6 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         source, sha256}`` of the plugin providing the algorithm / env spec, None for the suite's own) and
         ``plugins`` (every plugin loaded in the process).
     """
-    from suite.plugins import provenance_of
-
     commit, dirty = _git_state(_suite_root())
     return {
         "format_version": PROVENANCE_FORMAT_VERSION,
@@ -94,16 +93,16 @@ def collect_provenance(threads: int, *, algo: str | None = None, env_id: str | N
         "cpu_count_usable": _usable_cpu_count(),
         "torch_threads": int(threads),
         "hostname": socket.gethostname(),
-        **provenance_of(algo or "", env_id or ""),
+        **plugin_provenance(algo or "", env_id or ""),
     }
 
 
 def warm() -> None:
     """Fill this process's provenance caches (git state, package versions, CPU, platform). The trial forkservers call
-    it when they start (:mod:`suite.executors.preload`): their trial processes are born with the caches filled, where
-    each filled them itself before (two ``git rev-parse``, ``git status``, package metadata, ``uname -p``: 27-30 ms
-    of every trial, when it recorded its provenance; 2026-12-04). So a trial records the checkout's state when its
-    run started, the code its forkserver imported."""
+    it when they start (:mod:`suite.executors.preload`), so their trial processes are born with the caches filled
+    instead of each running two ``git rev-parse``, ``git status``, a package metadata scan and ``uname -p`` when it
+    records its provenance. A trial records the checkout's state when its run started, the code its forkserver
+    imported."""
     _git_state(_suite_root())
     _package_versions()
     _cpu_model()

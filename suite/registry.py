@@ -9,24 +9,28 @@ Plugins (:mod:`suite.plugins`) register with the same decorator: installed packa
 ``rl_suite.algorithms`` entry-point group the first time the registry is used, single files are loaded with
 ``--plugin``. An id or alias that is already taken, by a built-in or by another plugin, raises
 :class:`DuplicateIdError`: nothing is ever overridden. Each entry records the plugin that registered it.
+
+The plugin layer pushes into this module, which never imports it (nor the algorithms): it attributes the
+registrations made while a plugin imports (:func:`attributed_to`), and the look-ups first run the loader it installs
+(:func:`suite.loading.load_installed`: the built-in algorithms, then the installed plugins).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from suite.config import build_config, load_toml
+from suite.context import Agent, TrialContext
 from suite.errors import UserError
+from suite.loading import load_installed
 
-if TYPE_CHECKING:
-    from suite.trial import Agent, TrialContext
-
-TrainFn = Callable[["TrialContext", Any], "Agent"]
+TrainFn = Callable[[TrialContext, Any], Agent]
 Hyperparams = str | os.PathLike[str] | Callable[[str], Mapping[str, Any]] | None
 """Per-env defaults: a file name under ``suite/hyperparams/`` (built-ins), a path to a TOML file (plugins), a
 callable ``env_id -> overrides``, or None."""
@@ -98,6 +102,9 @@ class AlgorithmSpec:
 _REGISTRY: dict[str, AlgorithmSpec] = {}
 _ALIASES: dict[str, str] = {}
 _HP_CACHE: dict[str, dict[str, Any]] = {}
+_OWNERS: list[tuple[str, str | None]] = []
+"""Stack of ``(plugin name, version)`` importing right now (pushed by the plugin loader); registrations made now
+belong to the top."""
 
 
 def _hyperparams_table(name: str | os.PathLike[str]) -> dict[str, Any]:
@@ -138,7 +145,6 @@ def register(
         DuplicateIdError: ``id`` or an alias is already registered (built-in or by a plugin).
         ValueError: unknown space kinds.
     """
-    from suite.plugins import current_plugin
 
     def deco(fn: TrainFn) -> TrainFn:
         for name in (id, *aliases):
@@ -149,7 +155,7 @@ def register(
                     f"algorithm id {name!r} is already registered ({kind}, {_owner(taken)}); ids are never "
                     "overridden: choose another id"
                 )
-        plugin = current_plugin()
+        plugin, plugin_version = _OWNERS[-1] if _OWNERS else (None, None)
         bad = set(action_spaces) - {"discrete", "box"} | set(observations) - {"vector", "image"}
         if bad:
             raise ValueError(f"{id}: unknown space kinds {sorted(bad)}")
@@ -168,8 +174,8 @@ def register(
             extra=dict(extra or {}),
             policy_factory=policy_factory,
             imports=tuple(imports),
-            plugin=plugin.name if plugin else None,
-            plugin_version=plugin.version if plugin else None,
+            plugin=plugin,
+            plugin_version=plugin_version,
         )
         for alias in aliases:
             _ALIASES[alias] = id
@@ -178,13 +184,15 @@ def register(
     return deco
 
 
-def _ensure_loaded() -> None:
-    """Register the built-in algorithms, then the installed plugins (entry-point group ``rl_suite.algorithms``).
-    Both happen once per process; later calls cost two look-ups."""
-    import suite.algorithms  # noqa: F401  (registers every built-in algorithm on import)
-    from suite.plugins import load_entry_points
-
-    load_entry_points()
+@contextlib.contextmanager
+def attributed_to(plugin: str, version: str | None) -> Iterator[None]:
+    """Attribute every :func:`register` inside the block to ``plugin`` at ``version`` (the plugin loader wraps each
+    plugin's import in it)."""
+    _OWNERS.append((plugin, version))
+    try:
+        yield
+    finally:
+        _OWNERS.pop()
 
 
 def snapshot() -> tuple[dict[str, AlgorithmSpec], dict[str, str]]:
@@ -210,13 +218,13 @@ def set_plugin_version(ids: Iterable[str], version: str | None) -> None:
 
 def list_algorithms() -> list[AlgorithmSpec]:
     """Every registered algorithm (built-in and from loaded plugins), sorted by id."""
-    _ensure_loaded()
+    load_installed()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:
     """Look up an id or alias; an unknown name is a UserError listing the ids."""
-    _ensure_loaded()
+    load_installed()
     key = _ALIASES.get(name, name)
     if key not in _REGISTRY:
         raise UserError(
@@ -228,7 +236,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 def check_compatible(algo: AlgorithmSpec, env_id: str) -> None:
     """Raise a UserError before anything runs when ``algo`` cannot handle ``env_id``'s spaces."""
-    from suite.envs import get_env_spec
+    from suite.envs.specs import get_env_spec  # gymnasium and the ALE load with it: not at import
 
     env = get_env_spec(env_id)
     if not algo.supports(env.action_space, env.observation):

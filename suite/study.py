@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.config import load_toml
-from suite.envs import get_env_spec
+from suite.envs.specs import get_env_spec
 from suite.errors import UserError
 from suite.plugins import load_plugins, normalise_spec
 from suite.registry import get_algorithm, list_algorithms

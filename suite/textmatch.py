@@ -7,8 +7,8 @@ The episode terminates after ``len(target)`` steps, so the maximum return is ``l
 uniformly random policy scores ``len(target) * (1.0 / n - 0.1 * (n - 1) / n)`` on average
 (``n`` = charset size).
 
-Registration with gymnasium happens in :mod:`suite.envs` (on import), not here, so this module has no
-side effects.
+Registration with gymnasium happens in :mod:`suite.envs.specs` (on import), not here, so this module has no
+side effects; the trial-end metric that samples generations is :mod:`suite.envs.metrics`.
 """
 
 from __future__ import annotations
@@ -146,42 +146,3 @@ def sample_diversity(texts: list[str]) -> float:
     if not texts:
         raise ValueError("sample_diversity needs at least one generation")
     return len(set(texts)) / len(texts)
-
-
-def record_sample_diversity(ctx: Any, agent: Any, n_episodes: int = SAMPLE_DIVERSITY_EPISODES) -> None:
-    """Trial-end hook of ``TextMatch-v0``: record ``metrics["sample_diversity"]``, the fraction of distinct strings
-    among ``n_episodes`` generations of the final policy with sampled (not greedy) actions (document 000's "sample
-    diversity").
-
-    The episodes start from the trial's evaluation seeds (the same for every algorithm) and the sampling draws from
-    a torch generator seeded with the trial seed inside :func:`torch.random.fork_rng`, so the number is a pure
-    function of the trial and no other random stream (training, saving) is touched.
-
-    Args:
-        ctx: The :class:`suite.trial.TrialContext` (its env, kwargs, seed and ``record_metric``).
-        agent: The trained agent (``predict(obs, deterministic=False)`` samples).
-        n_episodes: Generations to sample.
-    """
-    import torch
-
-    from suite.envs import make_vec_env
-    from suite.trial import eval_seeds
-
-    envs = make_vec_env(ctx.env_id, n_episodes, training=False, env_kwargs=dict(ctx.env_kwargs), vectorization="sync")
-    texts: list[str] = []
-    try:
-        with torch.random.fork_rng():
-            torch.manual_seed(ctx.seed)
-            obs, _ = envs.reset(seed=eval_seeds(ctx.seed, n_episodes))
-            done = np.zeros(n_episodes, dtype=bool)
-            final = np.empty(n_episodes, dtype=object)
-            while not done.all():
-                obs, _, terminated, truncated, info = envs.step(agent.predict(obs, deterministic=False))
-                ended = (np.asarray(terminated) | np.asarray(truncated)) & ~done
-                if ended.any():  # same-step autoreset: the finished string is in final_info
-                    final[ended] = np.asarray(info["final_info"]["text"], dtype=object)[ended]
-                done |= ended
-        texts = [str(t) for t in final]
-    finally:
-        envs.close()
-    ctx.record_metric("sample_diversity", sample_diversity(texts))

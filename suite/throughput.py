@@ -1,9 +1,9 @@
 """How fast trials train, phase by phase, and what a run at another budget would take.
 
-The off-policy baselines (SB3's SAC, TD3, DQN) only collect for their first ``learning_starts`` steps, ~20-50x
+The off-policy baselines (SB3's SAC, TD3, DQN) only collect for their first ``learning_starts`` steps, many times
 faster than once they train: a speed averaged over a run says little about a run of another length. The model here
 times the two phases apart (the evaluations' training-clock stamps split a run that crossed its warm-up) and adds a
-trial's fixed cost (start-up, evaluations: ~10 of them whatever the budget). It serves the claim tables' core-hours
+trial's fixed cost (start-up, and the evaluations, about ten whatever the budget). It serves the claim tables' core-hours
 (:mod:`suite.claims.reproduce`) and a run's time estimate (:func:`suite.executors.make_plan`).
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:  # pandas where a frame is read: the executors import this module, trial processes with them
     import pandas as pd
 
-    from suite.store import ResultsStore
+    from suite.store.database import ResultsStore
 
 
 def warmup_of(config: Any) -> int:
@@ -34,7 +34,7 @@ def warmup_of(config: Any) -> int:
 @dataclass
 class Throughput:
     """Training speed of an arm's runs in its two phases: the warm-up (``learning_starts`` of SB3's SAC/TD3/DQN: they
-    only collect until then, ~1,000 steps/s for SAC on Hopper against ~25-60 once it trains) and training. A run's
+    only collect until then, far faster than once they train) and training. A run's
     time at another budget is extrapolated phase by phase, so neither a smoke run inside the warm-up (a 1M-step SAC
     cell at an hour instead of days) nor a short run just past it (the fast warm-up averaged in) misleads."""
 

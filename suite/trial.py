@@ -6,11 +6,8 @@ thread count, trains, evaluates on seeds disjoint from the training seeds, and r
 dict, the schema :mod:`suite.store` persists). Failures are data: an exception gives status ``failed``
 with its traceback, a NaN/inf gives ``diverged``; neither escapes.
 
-Seed layout (disjoint by construction):
-    training env resets:  seed * 10_000 + k for sub-env k (PPO family), or draws in [0, 2**30) from
-                          ``ctx.seed_rng`` (algorithms that reset per group, like GRPO);
-    evaluation episodes:  2**30 + seed * 1_000 + i for episode i, identical for every algorithm, so two
-                          algorithms with the same trial seed are evaluated from the same start states.
+The seed layout (training and evaluation seeds, disjoint) is :mod:`suite.seeding`; what an algorithm sees of the
+trial is the :class:`suite.context.TrialContext` protocol, which :class:`TrialContext` here implements.
 """
 
 from __future__ import annotations
@@ -18,29 +15,33 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import random
 import resource
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
 from suite import __version__
 from suite.config import config_identity, config_to_dict, stable_hash
-from suite.envs import env_label, finished_episodes, get_env_spec, make_vec_env, resolve_env_kwargs
-from suite.errors import UserError
+from suite.context import PHASES, Agent, PhaseProbe
+from suite.envs.factory import make_vec_env
+from suite.envs.infos import finished_episodes
+from suite.envs.metrics import TRIAL_END_HOOKS
+from suite.envs.specs import env_label, get_env_spec, resolve_env_kwargs
+from suite.errors import Diverged, UserError
+from suite.memory_probe import check_mode, start_memory_probe
+from suite.plugins import load_plugins
+from suite.provenance import collect_provenance, utc_now_iso
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
-from suite.textmatch import record_sample_diversity
+from suite.seeding import EVAL_SEED_BASE, TRAIN_SEED_STRIDE, eval_seeds, seed_everything
 
-TRAIN_SEED_STRIDE = 10_000
-EVAL_SEED_BASE = 2**30
-EVAL_SEED_STRIDE = 1_000
 RECORD_FORMAT = 2
+"""Format version of a record and of a saved model file."""
 
 _DEVICE = ["cpu"]
 """The device a :class:`TrialSpec` gets when none is given (``--device`` of ``suite reproduce``, whose specs come from the
@@ -83,39 +84,6 @@ def check_device(text: str) -> str:
     return text
 
 
-PHASES = ("rollout", "advantages", "update", "eval")
-"""The phases of a trial, timed (and, with a probe, measured for memory) separately. Every algorithm runs its loop
-inside them: ``rollout`` (acting and storing), ``advantages`` (returns/advantages of the batch), ``update``
-(gradient steps) and ``eval`` (the trial's evaluations). Training time is the sum of all but ``eval``."""
-
-
-class PhaseProbe(Protocol):
-    """Something measured around every phase (the memory profiler is one); registered with
-    :meth:`TrialContext.add_probe`. Calls must be cheap: they happen several times per update."""
-
-    def enter(self, phase: str) -> None:
-        """A phase starts (phases never nest)."""
-        ...
-
-    def exit(self, phase: str) -> None:
-        """The phase that started last ends."""
-        ...
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        """Per phase, the fields to merge into the record's ``phases[phase]``."""
-        ...
-
-
-class Agent(Protocol):
-    """What an algorithm's ``train`` returns: something that acts and can be saved."""
-
-    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """Env-ready actions ``(B, *action_shape)`` for raw observations ``(B, *obs_shape)``."""
-        ...
-
-    def state_dict(self) -> Mapping[str, Any]: ...
-
-
 @dataclass(frozen=True)
 class TrialSpec:
     """What the user asks for; :meth:`resolve` validates it and fills in every default."""
@@ -147,15 +115,13 @@ class TrialSpec:
     in whichever process runs it (worker, Ray task), so they register the same algorithms and envs everywhere.
     Not part of the trial key (the algorithm id and version are); the record's provenance names the plugin."""
     memory_profile: str = "rss"
-    """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.profile.memory`). Not part of the
+    """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.memory_probe`). Not part of the
     key: it measures, it never changes a result."""
     device: str = field(default_factory=default_device)
     """torch device of the algorithm's specification (``cpu``, ``cuda``, ``cuda:N``); accelerators run on the CPU
     only. Part of the key only when it is not ``cpu``, so every CPU trial keeps its key."""
 
     def resolve(self) -> ResolvedTrial:
-        from suite.plugins import load_plugins
-
         load_plugins(self.plugins)  # also the installed (entry-point) plugins; a no-op once loaded
         if self.seed < 0:
             raise UserError(f"seed must be >= 0, got {self.seed}")
@@ -165,8 +131,6 @@ class TrialSpec:
             raise UserError(f"threads must be >= 1, got {self.threads}")
         if self.n_eval_episodes < 1:
             raise UserError(f"n_eval_episodes must be >= 1, got {self.n_eval_episodes}")
-        from suite.profile.memory import check_mode
-
         check_mode(self.memory_profile)
         check_device(self.device)
         algo = get_algorithm(self.algo)
@@ -225,11 +189,6 @@ class ResolvedTrial:
         return f"{self.algo.id}/{env_label(self.spec.env_id, self.env_kwargs)}/seed{self.spec.seed}"
 
 
-def eval_seeds(seed: int, n_episodes: int) -> list[int]:
-    """The reset seeds of a trial's evaluation episodes (the same for every algorithm)."""
-    return [EVAL_SEED_BASE + seed * EVAL_SEED_STRIDE + i for i in range(n_episodes)]
-
-
 def evaluate_policy(
     predict: Callable[[np.ndarray], np.ndarray],
     env_id: str,
@@ -265,7 +224,7 @@ def evaluate_policy(
 
 
 class TrialContext:
-    """What an algorithm sees of the trial: env construction, seeds, the clock and the recorder."""
+    """The runner's :class:`suite.context.TrialContext`: env construction, seeds, the phase clock and the recorder."""
 
     def __init__(self, resolved: ResolvedTrial, progress: Callable[[int], None] | None = None):
         spec = resolved.spec
@@ -314,6 +273,11 @@ class TrialContext:
     def draw_seeds(self, k: int) -> np.ndarray:
         """``k`` fresh training reset seeds from the trial's stream (disjoint from evaluation seeds)."""
         return self.seed_rng.integers(0, EVAL_SEED_BASE, size=k)
+
+    @property
+    def eval_freq(self) -> int:
+        """Env steps between periodic evaluations (resolved: a tenth of the budget unless the spec says)."""
+        return self.resolved.eval_freq
 
     @property
     def remaining_steps(self) -> int:
@@ -429,19 +393,6 @@ class TrialContext:
         self._envs.clear()
 
 
-TRIAL_END_HOOKS: Mapping[str, Callable[[TrialContext, Agent], None]] = {"TextMatch-v0": record_sample_diversity}
-"""Per-env trial-level metrics, recorded after the final evaluation (in the ``eval`` phase) by a hook defined next
-to the env; they read the trained agent and change no training result."""
-
-
-def seed_everything(seed: int, threads: int) -> None:
-    """Seed Python, numpy and torch and fix torch's thread count (bitwise reproducibility needs both)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-
-
 def _peak_rss_mb() -> float:
     # ru_maxrss is in KiB on Linux; the trial runs in its own process, so this is the trial's peak.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -505,10 +456,6 @@ def run_trial(
 ) -> dict[str, Any]:
     """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial.
     ``memory_capture``: with ``memory_profile="full"``, keep memray's capture file there (for a flame graph)."""
-    from suite.algorithms.core import Diverged
-    from suite.profile.memory import start_memory_probe
-    from suite.provenance import utc_now_iso
-
     spec = resolved.spec
     for module in resolved.algo.imports:  # before the clock, the seeds and the memory baseline
         importlib.import_module(module)
@@ -553,8 +500,6 @@ def failure_record(
     resolved: ResolvedTrial, error: str, wall_time_s: float = 0.0, failure_kind: str = "worker_died"
 ) -> dict[str, Any]:
     """The record of a trial whose process died before it could report (crash, OOM kill, timeout)."""
-    from suite.provenance import utc_now_iso
-
     ctx = TrialContext(resolved)
     now = utc_now_iso()
     return _assemble(
@@ -577,8 +522,6 @@ def _assemble(
     peak_rss: float | None,
     failure_kind: str | None = None,
 ) -> dict[str, Any]:
-    from suite.provenance import collect_provenance, utc_now_iso
-
     spec = resolved.spec
     train_time = ctx.train_time()
     final = next((e for e in reversed(ctx.evals) if e["final"]), None)

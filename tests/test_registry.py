@@ -89,3 +89,19 @@ def test_incompatible_env_is_refused_before_anything_runs():
     limited = type(fake)(**{**fake.__dict__, "action_spaces": frozenset({"discrete"})})
     with pytest.raises(UserError, match="cannot run on Hopper-v5 \\(box actions"):
         check_compatible(limited, "Hopper-v5")
+
+
+def test_the_plugin_layer_installs_the_registry_loader_so_a_cli_process_sees_every_algorithm():
+    """The registry never imports the algorithms or the plugins: the plugin layer, which the CLI imports, installs the
+    loader the look-ups run first (built-ins, then installed plugins); before it, only what was imported is known."""
+    import subprocess
+    import sys
+
+    code = (
+        "from suite import registry\n"
+        "before = len(registry.snapshot()[0])\n"
+        "import suite.cli  # noqa: F401\n"
+        "print(before, registry.get_algorithm('ppo').id, 'grpo' in {a.id for a in registry.list_algorithms()})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == ["0", "ppo", "True"]

@@ -33,16 +33,12 @@ from suite.accel.reductions import fast_mean, fast_var
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule
 from suite.envs import final_observations, finished_episodes
-from suite.errors import UserError
+from suite.errors import Diverged, UserError
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
     from suite.trial import TrialContext
-
-
-class Diverged(RuntimeError):
-    """A loss, gradient or parameter became NaN/inf; the trial is recorded as ``diverged``."""
 
 
 # -- advantage estimation ---------------------------------------------------------------------------------

@@ -51,17 +51,13 @@ FORKSERVER_PRELOAD = [
 ]  # fmt: skip
 """Imported once by the forkserver, so trial processes start with them loaded: torch and the algorithms, and every
 module a trial process runs besides (this module, the trial's target, with the results store under it; the memory
-probe and psutil; ``suite.cli``, which a child of the ``suite`` console script re-imports as its main module). A
-trial process that imported those itself spent 60-80 ms of its start on them (``-X importtime``, 2026-12-04: ~5
-CPU-seconds over the main job's 72 trials); its memory baseline held them anyway (recorded RSS 1-3 MB lower since).
-``suite.executors.preload`` fills the provenance caches in the server (another ~30 ms of each trial, at its end).
-Not ``torch._dynamo``: torch imports it the first time a ``torch.optim`` optimizer is built (``torch/_compile.py``),
-which the suite's own algorithms no longer do (their fused Adam step is the shared core's), and a forked child
-inherits the forkserver's pages as its own resident memory: preloading it put 69 MB of torch's compiler stack into
-every trial's RSS (a forkserver child at birth: 229 vs 160 MB, 2026-12-01), so every suite trial's recorded peak held
-a library it never used. The ``sb3-*`` trials import it before their clock and memory baseline (their registry
+probe and psutil; ``suite.cli``, which a child of the ``suite`` console script re-imports as its main module).
+``suite.executors.preload`` fills the provenance caches in the server. Not ``torch._dynamo``: torch imports it when
+a ``torch.optim`` optimizer is built (``torch/_compile.py``), which the suite's own algorithms do not do, and a forked
+child inherits the forkserver's pages as its own resident memory, so every trial's recorded peak would hold a
+library it never used. The ``sb3-*`` trials import it before their clock and memory baseline (their registry
 ``imports``), as a standalone SB3 process would. Plugins are not preloaded: a trial process loads what its spec needs
-in ``TrialSpec.resolve()``."""
+in ``TrialSpec.resolve()``. docs/design.md has the measurements behind this list."""
 
 _HOST = socket.gethostname()
 

@@ -1,10 +1,10 @@
 """A report's figures drawn in two processes, this one and a helper, when the machine has a CPU to spare.
 
-Each figure costs 0.3-1.3 s to draw and save as PNG and SVG (matplotlib is single-threaded Python); together they were
-more than half of ``write_report``'s time (8 figures of the main job's 72-trial study: ~5 of ~8 s). The figures are
-independent, so :class:`FigureRenderer` starts a helper interpreter as soon as a report is under way (its imports,
-matplotlib, seaborn and pandas, ~2 s, overlap the statistics), and the figures go into one queue that this process and
-a thread serving the helper both take from, costliest first, until it is empty.
+Drawing and saving the figures as PNG and SVG is most of ``write_report``'s time, and matplotlib is single-threaded
+Python (docs/design.md has the measurements). The figures are independent, so :class:`FigureRenderer` starts a helper
+interpreter as soon as a report is under way (its imports, matplotlib, seaborn and pandas, overlap the statistics), and
+the figures go into one queue that this process and a thread serving the helper both take from, costliest first, until
+it is empty.
 
 The helper is a plain ``python -c`` child talking over two pipes of its own, not a ``multiprocessing`` spawn: a spawned
 child re-runs the caller's ``__main__`` script, so a user's script that calls ``write_report`` without an
@@ -61,7 +61,7 @@ def helper_main(read_fd: int, write_fd: int) -> None:
     the report's process is gone). It ignores Ctrl-C, which reaches the whole process group: the report's process
     decides, and stops it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from suite.report import figures  # noqa: F401  (the ~2 s import, while the report's process computes)
+    from suite.report import figures  # noqa: F401  (the plotting stack's import, while the report's process computes)
 
     with os.fdopen(read_fd, "rb") as inbox, os.fdopen(write_fd, "wb") as outbox:
         message: tuple[Any, ...] = ("ready",)
@@ -128,7 +128,7 @@ _prepared_lock = threading.Lock()
 def prepare(helper: bool | None = None) -> Callable[[], None]:
     """Get this process's next report under way while the machine has a CPU to spare, e.g. while the last trials of
     a study run and a worker idles: start its helper process (the next :class:`FigureRenderer` of this process takes
-    it over, ready) and import the report's modules (matplotlib, seaborn, pandas: ~1.5 s) in a thread.
+    it over, ready) and import the report's modules (matplotlib, seaborn, pandas) in a thread.
 
     Returns a function that waits for those imports; call it before this process does anything else (another import
     in the meantime could wait on the thread's). A helper no report takes is stopped by :func:`discard_prepared` (or
@@ -144,8 +144,15 @@ def prepare(helper: bool | None = None) -> Callable[[], None]:
 
 
 def _import_report() -> None:
+    # What write_report's module imports, named one by one: that module imports this one, so naming it would close
+    # an import loop.
     try:
-        import suite.report.writer  # noqa: F401
+        import suite.report.build  # noqa: F401
+        import suite.report.figures  # noqa: F401
+        import suite.report.html  # noqa: F401
+        import suite.report.latex  # noqa: F401
+        import suite.report.markdown  # noqa: F401
+        import suite.report.memory  # noqa: F401
     except Exception:  # noqa: BLE001  (the report's own import raises it again, where it is seen)
         pass
 

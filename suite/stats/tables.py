@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import suite.stats.curves as cm
+import suite.stats.scores as sm
+import suite.stats.significance as sig
 from suite.errors import UserError
-from suite.stats import curves as cm
-from suite.stats import scores as sm
-from suite.stats import significance as sig
 from suite.stats.references import EnvReference, env_reference
 
 STATUSES = ("ok", "failed", "diverged")

@@ -1,0 +1,40 @@
+"""``suite evaluate``: re-evaluate a saved policy without retraining."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from suite.cli.options import add_device, add_plugin
+
+
+def add_parser(sub: Any) -> None:
+    """``suite evaluate``."""
+    p = sub.add_parser("evaluate", help="re-evaluate a saved policy without retraining")
+    p.add_argument("model", help="path of a saved policy (.pt)")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0, help="trial seed whose evaluation seeds are used")
+    add_device(p)
+    add_plugin(p)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from suite.seeding import eval_seeds
+    from suite.trial import check_device, evaluate_policy, load_policy
+
+    device = torch.device(check_device(args.device))
+    policy, payload = load_policy(args.model)
+    if device.type != "cpu":
+        policy.to_device(device)
+    returns, lengths = evaluate_policy(
+        lambda o: policy.predict(o, deterministic=True), payload["env_id"], payload["env_kwargs"],
+        eval_seeds(args.seed, args.episodes),
+    )  # fmt: skip
+    print(
+        f"{payload['algo']} on {payload['env_id']}: mean return {np.mean(returns):.2f} ± {np.std(returns):.2f} "
+        f"over {len(returns)} episodes (mean length {np.mean(lengths):.0f})"
+    )
+    return 0

@@ -1,0 +1,117 @@
+"""What the ``suite`` commands share: the argument parser that fails in one line, the option groups several
+commands take, and the parsing of those options into the suite's types."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, NoReturn
+
+from suite.errors import UserError
+
+EXIT_USAGE = 2
+"""Exit code of a user's mistake."""
+EXIT_INTERRUPTED = 130
+"""Exit code of a command interrupted by SIGINT (128 + 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake in one line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+
+def add_db(p: argparse.ArgumentParser) -> None:
+    """``--db``: the results database."""
+    p.add_argument("--db", help="results database (default: $SUITE_DB or results/suite.db)")
+
+
+def add_memory_profile(p: argparse.ArgumentParser) -> None:
+    """``--memory-profile``: how each trial measures memory."""
+    p.add_argument(
+        "--memory-profile", choices=("off", "rss", "full"), default="rss",
+        help="memory per phase in every trial record: off, rss (resident peak and growth; default) or full "
+        "(plus tracked allocations, memray; slower)",
+    )  # fmt: skip
+
+
+def add_exec(p: argparse.ArgumentParser) -> None:
+    """Executor options shared by ``run`` and ``reproduce``."""
+    p.add_argument("--executor", default="local", help="local (processes on this machine, default) or ray")
+    p.add_argument("--address", help="Ray cluster to use (e.g. ray://head:10001 or auto); default: start Ray here")
+    p.add_argument("--trial-gpus", type=float, default=0.0, metavar="N", help="GPUs Ray reserves per trial (default 0)")
+    p.add_argument(
+        "--max-retries", type=int, default=1, metavar="N",
+        help="start a trial again up to N times when the machine made it fail: worker died, OOM kill, timeout (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--trial-timeout", type=float, metavar="SECONDS",
+        help="end a trial that runs longer in all (failed, reason timeout); 0: no limit; default: a trial that shows no "
+        "progress for 300 s + budget / 5 steps/s",
+    )  # fmt: skip
+    p.add_argument(
+        "--retry-failed", nargs="?", const="env", choices=["env", "all"],
+        help="run the study's recorded failures again: env (machine causes, the default) or all",
+    )  # fmt: skip
+    p.add_argument("--yes", action="store_true", help=f"start a run of more than {1000:,} trials without asking")
+
+
+def add_device(p: argparse.ArgumentParser) -> None:
+    """``--device``: where the algorithms' networks run (``run``, ``reproduce``, ``evaluate``)."""
+    p.add_argument(
+        "--device", default="cpu",
+        help="torch device of the algorithms' networks: cpu (default) or cuda[:N]; accelerators run on the cpu only; "
+        "recorded, and part of the trial key when not cpu",
+    )  # fmt: skip
+
+
+def add_plugin(p: argparse.ArgumentParser) -> None:
+    """``--plugin``: plugins to load before anything resolves an algorithm."""
+    p.add_argument(
+        "--plugin", action="append", metavar="FILE.py|MODULE",
+        help="load an algorithm/env plugin first (repeatable); installed plugin packages load by themselves",
+    )  # fmt: skip
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    """``--set [ALGO:]KEY=VALUE`` items as ``{algorithm id or "*": {key: value}}``."""
+    from suite.config import parse_assignments
+    from suite.registry import get_algorithm
+
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in parse_assignments(items).items():
+        algo, sep, name = key.rpartition(":")
+        scope = get_algorithm(algo).id if sep else "*"
+        out.setdefault(scope, {})[name] = value
+    return out
+
+
+def exec_options(args: argparse.Namespace, on_finish: Any) -> Any:
+    """The :class:`suite.executors.ExecOptions` of ``run``/``reproduce``'s executor options."""
+    from suite.executors import ExecOptions
+
+    return ExecOptions(
+        executor=args.executor, workers=args.workers, address=args.address, trial_gpus=args.trial_gpus,
+        max_retries=args.max_retries, trial_timeout=args.trial_timeout, retry_failed=args.retry_failed,
+        save_models=not getattr(args, "no_save_models", False), show_progress=not args.quiet, assume_yes=args.yes,
+        on_finish=on_finish,
+    )  # fmt: skip
+
+
+def signal_name(signum: int | None) -> str:
+    """``SIGINT``, ``SIGTERM``... for a signal number."""
+    import signal
+
+    return signal.Signals(signum).name if signum else "a signal"
+
+
+def env_kwargs(items: list[str] | None) -> dict[str, Any]:
+    """``--env-arg KEY=VALUE`` items as env kwargs. Env options are text (a TextMatch target "12345" must stay a
+    string): values are kept as given, not parsed as TOML."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--env-arg expects key=value, got {item!r}")
+        out[key.strip()] = value.strip().strip('"')
+    return out

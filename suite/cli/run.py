@@ -1,0 +1,136 @@
+"""``suite run``: run a study or an ad-hoc selection of trials, then write its report."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from suite.cli.options import (
+    add_db,
+    add_device,
+    add_exec,
+    add_memory_profile,
+    add_plugin,
+    env_kwargs,
+    exec_options,
+    parse_overrides,
+    signal_name,
+)
+from suite.errors import UserError
+
+
+def add_parser(sub: Any) -> None:
+    """``suite run``."""
+    p = sub.add_parser("run", help="run a study (default: the 'default' study) or an ad-hoc selection")
+    p.add_argument("study", nargs="?", help="study name (see 'suite list') or path to a study TOML")
+    p.add_argument("--algo", action="append", help="algorithm id (repeatable); filters the study")
+    p.add_argument("--env", action="append", help="env id (repeatable); filters the study")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env option, e.g. target=12345")
+    p.add_argument("--seeds", help="seed spec: 0-4, 0,3 or 0-2,7")
+    p.add_argument("--steps", type=int, help="step budget per trial (overrides the tier)")
+    p.add_argument("--tier", help="budget tier: smoke, quick, standard, paper")
+    p.add_argument("--set", action="append", metavar="[ALGO:]KEY=VALUE", help="hyperparameter override (TOML value)")
+    p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
+    p.add_argument("--threads", type=int, help="torch threads per trial (default 1; recorded)")
+    add_device(p)
+    p.add_argument("--no-save-models", action="store_true", help="do not save trained policies")
+    p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
+    add_plugin(p)
+    add_exec(p)
+    add_memory_profile(p)
+    add_db(p)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from suite.executors import LARGE_RUN_TRIALS, confirm_plan, execute, make_plan
+    from suite.executors.common import worker_count
+    from suite.store.schema import default_db_path
+    from suite.study import load_study, parse_seeds, parse_study
+
+    if args.steps is not None and args.steps < 1:
+        raise UserError(f"--steps must be >= 1, got {args.steps}")
+    db_path = default_db_path(args.db)
+    options = exec_options(args, on_finish=lambda rec: _print_finished(rec, args.tensorboard))
+    if not args.no_report:
+        from suite.report.render import prepare
+
+        # the report's imports and helper use the CPU the last trials leave free
+        options = dataclasses.replace(options, on_spare_worker=prepare)
+    options.check()
+    if options.executor == "local":
+        from suite.executors.local import start_forkserver
+
+        start_forkserver()  # it imports torch while this process resolves the trials
+    if args.study is None and args.env:
+        study = parse_study({"name": "adhoc", "envs": args.env, "algos": args.algo or ["*"]}, plugins=args.plugin or ())
+    else:
+        study = load_study(args.study or "default", plugins=args.plugin or ())
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    overrides = parse_overrides(args.set)
+    specs = study.trials(
+        tier=args.tier, algos=args.algo, envs=args.env, seeds=seeds, steps=args.steps,
+        overrides=overrides, threads=args.threads,
+    )  # fmt: skip
+    if args.env_arg:
+        env_args = env_kwargs(args.env_arg)
+        specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_args}) for s in specs]
+    specs = [dataclasses.replace(s, memory_profile=args.memory_profile, device=args.device) for s in specs]
+    if not specs:
+        raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
+    if len(specs) > LARGE_RUN_TRIALS and not args.yes:
+        # Before resolving (which takes time per trial): a mistyped --seeds 0-100000 is questioned at once.
+        confirm_plan(make_plan(specs, recorded=None, db_path=db_path, workers=worker_count(options.workers)), assume_yes=False)
+        options = dataclasses.replace(options, assume_yes=True)
+    resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
+    tier = "custom" if args.steps else args.tier or study.tier
+    try:
+        summary = execute(resolved, db_path=db_path, study=study.name, tier=tier, options=options)
+        if summary.interrupted:
+            print(
+                f"suite: interrupted by {signal_name(summary.signum)}; {len(summary.finished)} finished trials saved "
+                f"to {db_path}, {summary.not_run} not run (run the same command again to run them)",
+                file=sys.stderr,
+            )
+            return summary.exit_code
+        if not args.no_report:
+            _maybe_report(study.name, db_path)
+        return 0
+    finally:
+        if options.on_spare_worker is not None:
+            from suite.report.render import discard_prepared
+
+            discard_prepared()  # a helper no report took (interrupted, or the report failed before its figures)
+
+
+def _print_finished(rec: dict[str, Any], tensorboard: str | None) -> None:
+    """The line printed for each saved trial (and its TensorBoard files when asked)."""
+    from tqdm import tqdm
+
+    if tensorboard:
+        from suite.report import write_tensorboard
+
+        write_tensorboard(rec, Path(tensorboard))
+    score = "-" if rec["final_eval_mean"] is None else f"{rec['final_eval_mean']:.2f}"
+    attempts = f", attempt {rec['attempts']}" if (rec.get("attempts") or 1) > 1 else ""
+    tqdm.write(
+        f"  {rec['status']:<8} {rec['algo']}/{rec['env_label']}/seed{rec['seed']}: eval {score}, "
+        f"{rec['steps_per_second']:.0f} steps/s, {rec['wall_time_s']:.1f} s{attempts}"
+        + (f"  [{rec['error']}]" if rec["error"] else ""),
+        file=sys.stderr,
+    )
+
+
+def _maybe_report(study: str, db_path: Path) -> None:
+    from suite.report import write_report
+
+    try:
+        out = write_report(study=study, db=db_path)
+    except UserError as exc:
+        print(f"suite: no report written: {exc}", file=sys.stderr)
+        return
+    print(f"report written to {out}", file=sys.stderr)

@@ -1,0 +1,95 @@
+"""Merging the trials of another results database into this one (records of several machines become one)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.errors import UserError
+from suite.store.queries import StoreQueries
+from suite.store.schema import TRIAL_COLUMNS
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What :meth:`ResultsStore.merge_from` did."""
+
+    source: str
+    added: int
+    """Trials copied (absent here before)."""
+    identical: int
+    """Trials already here with the same outcome (status, steps, final evaluation): this database's kept."""
+    differing: list[str]
+    """Keys already here whose outcome differs in the source: this database's record kept, listed for the user."""
+
+
+class StoreMerge(StoreQueries):
+    """:meth:`merge_from` for :class:`suite.store.ResultsStore`."""
+
+    def merge_from(
+        self, source: str | os.PathLike[str], studies: Sequence[str] = (), keys: Iterable[str] | None = None
+    ) -> MergeResult:
+        """Copy the trials of another results database into this one: the records of several machines (array
+        jobs, sessions, claim rows run apart) become one database that reports and ``suite reproduce --no-run``
+        read as if one run had made them.
+
+        Every trial of ``source`` (of ``studies`` only, and of ``keys`` only, when given) that this database lacks is
+        copied whole: its row, curve, evaluations and update metrics, and its study memberships. A key already here is never
+        overwritten: both records are kept apart and compared on what the key determines (status, steps trained,
+        final evaluation; trials are pure functions of their key), and those that differ are listed. One
+        transaction: an interrupted merge adds nothing.
+
+        Raises:
+            UserError: ``source`` is missing, is not a results database, is this database, or names no such study.
+        """
+        src_path = Path(source)
+        if src_path.exists() and self.path.exists() and src_path.resolve() == self.path.resolve():
+            raise UserError(f"cannot merge {src_path} into itself")
+        with type(self)(src_path, create=False) as src:  # validates it (format, schema; upgrades an older one)
+            known = set(src.studies())
+        missing = [s for s in studies if s not in known]
+        if missing:
+            raise UserError(f"{src_path} has no study {missing[0]!r}; its studies: {', '.join(sorted(known)) or 'none'}")
+        conn = self._conn
+        cols = ", ".join(f'"{c}"' for c in TRIAL_COLUMNS)
+        conn.execute("ATTACH DATABASE ? AS src", (str(src_path.resolve()),))  # validated above; only read
+        try:
+            in_studies = f"study IN ({', '.join('?' * len(studies))})" if studies else "1"
+            where = f" WHERE key IN (SELECT key FROM src.study_trials WHERE {in_studies}) OR {in_studies}" if studies else ""
+            params = [*studies, *studies]
+            chosen = f"SELECT key FROM src.trials{where}"
+            with self._transaction():
+                conn.execute(f"CREATE TEMP TABLE merge_keys AS {chosen}", params)
+                if keys is not None:
+                    conn.execute("CREATE TEMP TABLE merge_only (key TEXT PRIMARY KEY)")
+                    conn.executemany("INSERT OR IGNORE INTO temp.merge_only VALUES (?)", [(k,) for k in keys])
+                    conn.execute("DELETE FROM temp.merge_keys WHERE key NOT IN (SELECT key FROM temp.merge_only)")
+                    conn.execute("DROP TABLE temp.merge_only")
+                conn.execute("CREATE TEMP TABLE merge_new AS SELECT key FROM temp.merge_keys WHERE key NOT IN "
+                             "(SELECT key FROM main.trials)")  # fmt: skip
+                compare = ("status", "steps", "final_eval_mean")
+                same_sql = " AND ".join(f"a.{c} IS b.{c}" for c in compare)
+                both = conn.execute(
+                    f"SELECT a.key, {same_sql} FROM main.trials a JOIN src.trials b ON a.key = b.key"
+                    " WHERE a.key IN (SELECT key FROM temp.merge_keys)"
+                ).fetchall()
+                new = "key IN (SELECT key FROM temp.merge_new)"
+                added = conn.execute(f"INSERT INTO main.trials ({cols}) SELECT {cols} FROM src.trials WHERE {new}").rowcount
+                for table in ("curves", "evals", "updates"):
+                    conn.execute(f"INSERT INTO main.{table} SELECT * FROM src.{table} WHERE {new}")
+                conn.execute(
+                    "INSERT OR IGNORE INTO main.study_trials (study, key, tier) SELECT study, key, tier"
+                    f" FROM src.study_trials WHERE ({in_studies}) AND key IN (SELECT key FROM temp.merge_keys)"
+                    " AND key IN (SELECT key FROM main.trials)",
+                    list(studies),
+                )
+                conn.execute("DROP TABLE temp.merge_keys")
+                conn.execute("DROP TABLE temp.merge_new")
+        finally:
+            conn.execute("DETACH DATABASE src")
+        return MergeResult(
+            source=str(src_path), added=added, identical=sum(1 for _, same in both if same),
+            differing=sorted(k for k, same in both if not same),
+        )  # fmt: skip
