@@ -4,9 +4,9 @@ The issue asks for ``torch.compile`` "only where it measurably helps and its war
 budget"; this measures both. Three paths train on the same fixed rollout (``ppo`` on the env with its zoo
 hyperparameters: CartPole-v1's 256-sample rollout is one 256-sample minibatch per epoch, 20 epochs per update):
 
-* ``hand-derived``: the suite's default (``suite/algorithms/fused.py``: the kernel's forward and backward by hand,
+* ``hand-derived``: the suite's default (``suite/accel/``: the kernel's forward and backward by hand,
   the loss's derivatives in numpy, one fused Adam step);
-* ``autograd``: the same trainer with its autograd loss (``trainer.fused = False``: modules, autograd backward);
+* ``autograd``: the same trainer with its autograd loss (``trainer.accelerator = None``: modules, autograd backward);
 * ``compiled``: that autograd loss through ``torch.compile`` (inductor, ``--mode``); its forward and backward graphs
   are compiled (AOTAutograd), the clipping and Adam step stay the suite's.
 
@@ -65,7 +65,7 @@ def _run(path: str, env_id: str, updates: int, mode: str, cache_dir: str | None,
         ac.ActorCriticTrainer.update = original  # type: ignore[method-assign]
     trainer, rollout, adv, ret, progress = captured["args"]
     if path != "hand-derived":
-        trainer.fused = False
+        trainer.accelerator = None
     if path == "compiled":
         trainer.loss = torch.compile(trainer.loss, mode=mode)
     t0 = time.perf_counter()
@@ -82,7 +82,7 @@ def _run(path: str, env_id: str, updates: int, mode: str, cache_dir: str | None,
     conn.send({
         "path": path, "env": env_id, "train_steps_per_update": steps, "batch_size": trainer.cfg.batch_size,
         "update_s": per_update, "us_per_train_step": per_update / steps * 1e6, "warmup_s": first - per_update,
-        "updates": updates, "kernel_fused": bool(trainer.fused), "torch": torch.__version__,
+        "updates": updates, "kernel_fused": trainer.accelerator is not None, "torch": torch.__version__,
     })  # fmt: skip
     conn.close()
 

@@ -27,12 +27,9 @@ numpy's global ones, seeded by the trial, or ``ctx.seed_rng`` / ``ctx.draw_seeds
 
 from __future__ import annotations
 
-from suite.algorithms.actor_critic import (
-    ActorCriticConfig,
-    ActorCriticTrainer,
-    actor_critic_policy,
-    ppo_policy_value_loss,
-)
+from suite.accel import Accelerator, Evaluated, ParityCase, fingerprint, register_accelerator
+from suite.accel.derivatives import LossDerivatives, kernel_evaluated, ppo_loss_derivatives
+from suite.algorithms.actor_critic import ActorCriticTrainer, actor_critic_policy
 from suite.algorithms.core import (
     GradientStepper,
     Minibatch,
@@ -45,17 +42,19 @@ from suite.algorithms.core import (
     net_config,
 )
 from suite.algorithms.networks import ActorCritic, NetConfig
+from suite.algorithms.ppo import ActorCriticConfig, ppo_policy_value_loss
 from suite.config import Schedule, build_config, config_to_dict, load_toml
 from suite.context import PHASES, Agent, TrialContext
 from suite.envs.factory import make_vec_env
 from suite.envs.infos import final_observations, finished_episodes
 from suite.envs.specs import EnvSpec, get_env_spec, register_env_spec
 from suite.errors import Diverged, UserError
+from suite.parity import check_fingerprint, check_parity
 from suite.plugins import load_entry_points  # noqa: F401  (importing it installs the look-ups' plugin loader)
 from suite.registry import AlgorithmSpec, get_algorithm, register
 from suite.seeding import eval_seeds
 
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 """``MAJOR.MINOR`` of this module (see the module doc for what each part promises)."""
 
 STABLE = (
@@ -70,6 +69,9 @@ STABLE = (
     "ActorCritic", "NetConfig", "net_config",
     # envs (read step infos of ctx.make_envs envs)
     "make_vec_env", "finished_episodes", "final_observations",
+    # accelerators: a faster path of a loss, checked against its specification (docs/plugins.md)
+    "Accelerator", "ParityCase", "Evaluated", "register_accelerator", "fingerprint", "check_parity",
+    "check_fingerprint",
     # errors
     "UserError", "Diverged",
     # this module
@@ -79,16 +81,18 @@ STABLE = (
 
 UNSTABLE = (
     "ActorCriticConfig", "ActorCriticTrainer", "ppo_policy_value_loss", "actor_critic_policy", "Minibatch",
-    "RewardNormalizer",
+    "RewardNormalizer", "ppo_loss_derivatives", "kernel_evaluated", "LossDerivatives",
 )  # fmt: skip
 """Names that may change in any minor version (the actor-critic family's internals)."""
 
 __all__ = [  # STABLE + UNSTABLE (a test checks they agree)
-    "API_VERSION", "PHASES", "ActorCritic", "ActorCriticConfig", "ActorCriticTrainer", "Agent", "AlgorithmSpec",
-    "Diverged", "EnvSpec", "GradientStepper", "Minibatch", "NetConfig", "RewardNormalizer", "Rollout", "RolloutCollector",
-    "Schedule", "TrialContext", "UserError", "actor_critic_policy", "build_config", "check_finite_params", "compute_gae",
-    "config_to_dict", "eval_seeds", "explained_variance", "final_observations", "finished_episodes", "get_algorithm",
-    "get_env_spec", "load_toml", "make_vec_env", "net_config", "ppo_policy_value_loss", "register", "register_env_spec",
+    "API_VERSION", "PHASES", "Accelerator", "ActorCritic", "ActorCriticConfig", "ActorCriticTrainer", "Agent",
+    "AlgorithmSpec", "Diverged", "EnvSpec", "Evaluated", "GradientStepper", "LossDerivatives", "Minibatch", "NetConfig",
+    "ParityCase", "RewardNormalizer", "Rollout", "RolloutCollector", "Schedule", "TrialContext", "UserError",
+    "actor_critic_policy", "build_config", "check_finite_params", "check_fingerprint", "check_parity", "compute_gae",
+    "config_to_dict", "eval_seeds", "explained_variance", "final_observations", "finished_episodes", "fingerprint",
+    "get_algorithm", "get_env_spec", "kernel_evaluated", "load_toml", "make_vec_env", "net_config",
+    "ppo_loss_derivatives", "ppo_policy_value_loss", "register", "register_accelerator", "register_env_spec",
     "require_api",
 ]  # fmt: skip
 

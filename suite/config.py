@@ -200,6 +200,28 @@ def identity_unless_default(but_when: str) -> dict[str, str]:
     return {"identity": "unless-default", "but_when": but_when}
 
 
+ENGINEERING = "engineering"
+"""The config section of a field that says how a trial's computation is carried out (vectorisation, buffer
+allocation, GAE chunks, gradient accumulation, an accelerator switched off), not what the algorithm is; its
+counterpart is ``hyperparameters``. Marked with :func:`engineering` in the field's metadata; sections change
+nothing about a field's name, its ``--set``, or the trial key (which holds every field as before)."""
+
+
+def engineering(**metadata: Any) -> dict[str, Any]:
+    """``dataclasses.field(metadata=...)`` of an engineering knob (:data:`ENGINEERING`), with any other metadata (e.g.
+    :func:`identity_unless_default`'s)."""
+    return {**metadata, "section": ENGINEERING}
+
+
+def config_sections(cfg: Any) -> dict[str, list[str]]:
+    """``{"hyperparameters": [...], "engineering": [...]}``: a config class's (or instance's) field names by section,
+    in declaration order."""
+    out: dict[str, list[str]] = {"hyperparameters": [], ENGINEERING: []}
+    for f in dataclasses.fields(cfg):
+        out[ENGINEERING if f.metadata.get("section") == ENGINEERING else "hyperparameters"].append(f.name)
+    return out
+
+
 def config_identity(cfg: Any) -> dict[str, Any]:
     """:func:`config_to_dict` without the :data:`IDENTITY_UNLESS_DEFAULT` fields that are at their default (and whose
     :func:`identity_unless_default` condition is false): what a trial key hashes."""

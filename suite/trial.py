@@ -43,6 +43,46 @@ from suite.seeding import EVAL_SEED_BASE, TRAIN_SEED_STRIDE, eval_seeds, seed_ev
 RECORD_FORMAT = 2
 """Format version of a record and of a saved model file."""
 
+_DEVICE = ["cpu"]
+"""The device a :class:`TrialSpec` gets when none is given (``--device`` of ``suite reproduce``, whose specs come from the
+claim set: :func:`default_device`)."""
+
+
+def default_device() -> str:
+    """The device of a new :class:`TrialSpec` that names none: ``cpu`` unless inside :func:`trial_device`."""
+    return _DEVICE[-1]
+
+
+@contextlib.contextmanager
+def trial_device(device: str) -> Iterator[None]:
+    """Make ``device`` the default of the TrialSpecs created inside the block (``suite reproduce --device``)."""
+    _DEVICE.append(device)
+    try:
+        yield
+    finally:
+        _DEVICE.pop()
+
+
+def check_device(text: str) -> str:
+    """The torch device ``text`` names, checked: ``cpu``, ``cuda`` or ``cuda:N`` where torch sees that GPU.
+
+    Raises:
+        UserError: anything else, or a CUDA device on a machine where torch sees none (one line).
+    """
+    try:
+        device = torch.device(text)
+    except (RuntimeError, TypeError):
+        raise UserError(f"--device {text!r} is not a torch device; allowed: cpu, cuda, cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {text!r}: the suite runs on cpu or cuda; allowed: cpu, cuda, cuda:N")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f"--device {text}: torch {torch.__version__} sees no CUDA GPU on this machine; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise UserError(f"--device {text}: torch sees {count} CUDA GPU(s) (cuda:0 to cuda:{count - 1})")
+    return text
+
 
 @dataclass(frozen=True)
 class TrialSpec:
@@ -80,6 +120,9 @@ class TrialSpec:
     memory_profile: str = "rss"
     """How memory is measured per phase: ``off``, ``rss`` or ``full`` (:mod:`suite.memory_probe`). Not part of the
     key: it measures, it never changes a result."""
+    device: str = field(default_factory=default_device)
+    """torch device of the algorithm's specification (``cpu``, ``cuda``, ``cuda:N``); accelerators run on the CPU
+    only. Part of the key only when it is not ``cpu``, so every CPU trial keeps its key."""
 
     def resolve(self) -> ResolvedTrial:
         load_plugins(self.plugins)  # also the installed (entry-point) plugins; a no-op once loaded
@@ -92,6 +135,7 @@ class TrialSpec:
         if self.n_eval_episodes < 1:
             raise UserError(f"n_eval_episodes must be >= 1, got {self.n_eval_episodes}")
         check_mode(self.memory_profile)
+        check_device(self.device)
         algo = get_algorithm(self.algo)
         get_env_spec(self.env_id)
         check_compatible(algo, self.env_id)
@@ -117,6 +161,8 @@ class TrialSpec:
         }
         if not self.eval_deterministic:
             identity["eval_deterministic"] = False
+        if self.device != "cpu":
+            identity["device"] = self.device
         return ResolvedTrial(
             spec=self,
             algo=algo,
@@ -192,6 +238,8 @@ class TrialContext:
         self.env_spec = get_env_spec(spec.env_id)
         self.env_kwargs = resolved.env_kwargs
         self.seed = spec.seed
+        self.device = spec.device
+        """torch device of the algorithm's networks and update (accelerators run on the CPU only)."""
         self.total_timesteps = spec.total_timesteps
         self.train_seed = spec.seed * TRAIN_SEED_STRIDE
         """Reset seed of sub-env 0 (sub-env k gets ``train_seed + k``)."""
@@ -524,7 +572,7 @@ def _assemble(
         "baseline_rss_mb": baseline_rss,
         "final_eval_mean": float(final_returns.mean()) if final_returns is not None else None,
         "final_eval_std": float(final_returns.std()) if final_returns is not None else None,
-        "provenance": collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id),
+        "provenance": {**collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id), "device": spec.device},
         "suite_version": __version__,
         "started_at": started,
         "ended_at": utc_now_iso(),

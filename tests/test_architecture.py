@@ -22,10 +22,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "suite.provenance", "suite.textmatch"),
     ("suite.envs", "suite.store", "suite.stats", "suite.memory_probe", "suite.throughput"),
     ("suite.registry",),
-    ("suite.algorithms",),
+    ("suite.algorithms", "suite.accel"),
     ("suite.plugins",),
     ("suite.trial",),
-    ("suite.study", "suite.executors", "suite.profile", "suite.api"),
+    ("suite.study", "suite.executors", "suite.profile", "suite.parity", "suite.api"),
     ("suite.report", "suite.claims", "suite.regress"),
     ("suite.cli",),
 )  # fmt: skip

@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from suite.algorithms.core import net_config
+from suite.algorithms.episodes import EpisodeGroups, check_same_start
 from suite.algorithms.grpo import (
-    EpisodeGroups,
     GRPOConfig,
     GRPOTrainer,
     batch_advantages,
-    check_same_start,
     episode_weights,
     grpo_loss,
     k3_kl,
@@ -491,7 +490,7 @@ def test_hand_derived_update_equals_autograds(env_id: str, overrides: dict) -> N
         ctx = TrialContext(resolved)
         try:
             trainer = GRPOTrainer(ctx, resolved.config)
-            assert trainer.by_hand == hand and trainer.kernel is not None
+            assert (trainer.accelerator is not None) == hand and trainer.kernel is not None
             batch, _ = trainer.collect()
             adv = batch_advantages(batch, trainer.cfg.supervision, trainer.cfg.reward_scaling)
             torch.manual_seed(11)  # the same minibatch split
@@ -523,7 +522,7 @@ def test_hand_derived_is_part_of_the_key_and_image_observations_take_autograd() 
     ctx = TrialContext(resolved)
     try:
         trainer = GRPOTrainer(ctx, resolved.config)
-        assert trainer.kernel is None and not trainer.by_hand and resolved.config.hand_derived
+        assert trainer.kernel is None and trainer.accelerator is None and resolved.config.hand_derived
         batch, _ = trainer.collect()
         metrics = trainer.update(batch, batch_advantages(batch, "outcome", "group"), progress=0.0)
         assert metrics["grad_norm"] >= 0 and math.isfinite(metrics["policy_loss"])

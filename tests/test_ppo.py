@@ -254,11 +254,11 @@ def test_a_loss_that_draws_keeps_its_permutations_per_epoch(monkeypatch):
     from suite.algorithms.ppo_rlvr_prm import RlvrPrmTrainer
 
     params, _, _ = _train_slice("ppo-rlvr-prm", "CartPole-v1", {"smooth_probes": 1}, updates=1)
-    monkeypatch.setattr(RlvrPrmTrainer, "update_draws_random", lambda self: False)
+    monkeypatch.setattr(RlvrPrmTrainer, "loss_draws_random", lambda self: False)
     moved, _, _ = _train_slice("ppo-rlvr-prm", "CartPole-v1", {"smooth_probes": 1}, updates=1)
     assert not torch.equal(params, moved)
-    assert PPOTrainer.update_draws_random(None) is False  # type: ignore[arg-type]
-    assert ActorCriticTrainer.update_draws_random(None) is True  # type: ignore[arg-type]
+    assert PPOTrainer.loss_draws_random(None) is False  # type: ignore[arg-type]
+    assert ActorCriticTrainer.loss_draws_random(None) is True  # type: ignore[arg-type]
 
 
 def test_frames_are_gathered_one_micro_batch_at_a_time(monkeypatch):

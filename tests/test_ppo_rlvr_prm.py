@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from suite.accel.ppo_rlvr_prm import categorical_log_probs, js_categorical_grad
 from suite.algorithms.ppo_rlvr_prm import (
     RlvrPrmConfig,
     RlvrPrmTrainer,
-    categorical_log_probs,
     input_gradient_penalty,
     js_categorical,
-    js_categorical_grad,
     js_gaussian_mc,
     variance_weighted_advantages,
 )
@@ -103,12 +102,13 @@ def test_old_log_probs_made_once_per_update_equal_each_minibatchs_own_bit_for_bi
     torch.testing.assert_close(torch.from_numpy(whole), torch.log_softmax(torch.from_numpy(old), -1))
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_minibatch_extra_carries_old_log_probs_only_for_the_hand_derived_categorical_js(fused):
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_minibatch_extra_carries_old_log_probs_only_for_the_hand_derived_categorical_js(accelerated):
     import types
 
     import gymnasium as gym
 
+    from suite.accel.ppo_rlvr_prm import RlvrPrmHandDerived
     from suite.algorithms.core import net_config
     from suite.algorithms.networks import ActorCritic
 
@@ -117,11 +117,14 @@ def test_minibatch_extra_carries_old_log_probs_only_for_the_hand_derived_categor
     rollout = types.SimpleNamespace(n_samples=300, obs_all=lambda: iter([(slice(0, 300), obs)]))
     for action_space in (gym.spaces.Discrete(26), gym.spaces.Box(-1, 1, (3,), np.float32)):
         policy = ActorCritic(gym.spaces.Box(0, 1, (1,), np.float32), action_space, net_config(cfg))
-        extra = RlvrPrmTrainer.minibatch_extra(types.SimpleNamespace(fused=fused, policy=policy), rollout)
+        trainer = types.SimpleNamespace(policy=policy, kernel=None, off_cpu=False)
+        extra = RlvrPrmTrainer.minibatch_extra(trainer, rollout)  # the specification's: pi_old's outputs
+        if accelerated:  # the accelerator adds pi_old's log-probabilities, once per update
+            extra = RlvrPrmHandDerived(trainer).minibatch_extra(extra)  # type: ignore[arg-type]
         with torch.no_grad():
             assert torch.equal(extra["old_params"], policy.policy_params(obs))
         categorical = isinstance(action_space, gym.spaces.Discrete)
-        assert ("old_logq" in extra) == (fused and categorical)
+        assert ("old_logq" in extra) == (accelerated and categorical)
         if "old_logq" in extra:
             assert extra["old_logq"].numpy().tobytes() == categorical_log_probs(extra["old_params"].numpy()).tobytes()
 

@@ -110,7 +110,7 @@ def test_the_limit_makes_the_network_passes_the_loss_makes(monkeypatch):
     """``ppo-rlvr-prm``'s hand-derived update runs its input-gradient penalty's passes (the policy network's Jacobian,
     forward and backward) every train step: the limit makes them too, once per train step of the same batch, and
     names them; on the autograd path it says it lacks them; without the penalty there is nothing to add."""
-    import suite.algorithms.ppo_rlvr_prm as rlvr
+    import suite.accel.ppo_rlvr_prm as rlvr
 
     batches = []
     real = rlvr.jacobian_penalty

@@ -3,9 +3,9 @@
 Every algorithm of the suite is built from these pieces; an algorithm module holds only its loss and what
 is truly its own. Hot-path rules (the core is benchmarked against SB3, ``benchmarks/``; ``suite profile speed``
 shows where the time goes): one network call per env step for all envs, preallocated buffers written in place,
-no per-step Python objects per env, parameters packed in one buffer with one fused optimiser call, the
-hand-derived network passes of :mod:`suite.algorithms.fused` where they apply, and numpy (not torch) for the
-many small per-minibatch array operations.
+no per-step Python objects per env, parameters packed in one buffer with one fused optimiser call
+(:mod:`suite.accel.flat`), the hand-derived network passes of :mod:`suite.accel.mlp` for the rollout's inference
+where they apply, and numpy (not torch) for the many small per-minibatch array operations.
 
 The memory toggles of document 000 are real code paths here, each a config field (``suite profile memory
 --toggle NAME=VALUE``): ``rollout_storage`` (:class:`Buffer`: numpy or torch allocations), ``gae_chunk``
@@ -27,7 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.fused import FlatAdam, FlatParameters, PolicyKernel, fast_mean, fast_var, in_kernel_mode
+from suite.accel.flat import FlatAdam, FlatParameters
+from suite.accel.mlp import PolicyKernel, in_kernel_mode
+from suite.accel.reductions import fast_mean, fast_var
 from suite.algorithms.networks import ActorCritic, NetConfig
 from suite.config import Schedule
 from suite.envs import final_observations, finished_episodes
@@ -129,7 +131,7 @@ class Buffer:
 
     ``backend`` (the ``rollout_storage`` toggle) decides who allocates it (numpy: ``np.zeros``, whose pages become
     resident only as they are written; torch: ``torch.zeros``, resident at once) and how each step is written
-    (numpy item assignment, ~1 us, or torch indexing, a few us). Readers use either view, zero-copy.
+    (numpy item assignment, or torch indexing, a few times slower). Readers use either view, zero-copy.
     """
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, backend: str):
@@ -363,7 +365,7 @@ class Rollout:
 class RolloutCollector:
     """Steps ``N`` envs for ``T`` steps with one policy call per step, recording finished episodes.
 
-    With a :class:`~suite.algorithms.fused.PolicyKernel` the policy call is the hand-derived inference (no module
+    With a :class:`~suite.accel.mlp.PolicyKernel` the policy call is the hand-derived inference (no module
     or autograd overhead); otherwise the module's :meth:`ActorCritic.act`.
     """
 
@@ -399,8 +401,11 @@ class RolloutCollector:
         self.buf_rewards = Buffer((T, N), torch.float32, storage)
         self.buf_dones = Buffer((T, N), torch.float32, storage)
         self.has_critic = policy.vf is not None
-        self.clock: Any = None
-        """An optional lap clock (:class:`suite.profile.speed.LapClock`): ``lap(name)`` after each part of a step."""
+        self.device = None if policy.device.type == "cpu" else policy.device
+        """The policy's device when it is not the CPU (the buffers stay on the CPU; inputs go there, outputs back)."""
+        self.clock: Any = NULL_CLOCK
+        """The lap clock (:class:`suite.profile.speed.LapClock` under ``suite profile speed``): ``lap(name)`` after each
+        part of a step."""
 
     def inputs(self, obs: np.ndarray, update_stats: bool = False) -> torch.Tensor:
         """Network inputs of raw observations (float16-rounded when the store keeps float16)."""
@@ -413,11 +418,13 @@ class RolloutCollector:
             params, values = self.kernel.infer(x)
             actions, logp = self.kernel.sample(params)
             return actions, logp, values
-        return self.policy.act(x)
+        return policy_act(self.policy, x, self.device)
 
     def values(self, x: torch.Tensor) -> np.ndarray:
         with torch.no_grad():
-            return self.policy.values(x).numpy()
+            if self.device is None:
+                return self.policy.values(x).numpy()
+            return self.policy.values(x.to(self.device)).cpu().numpy()
 
     @in_kernel_mode(lambda self: self.kernel is not None)
     def collect(self, max_samples: int | None = None) -> Rollout:
@@ -432,11 +439,9 @@ class RolloutCollector:
         for t in range(T):
             x = self.inputs(self.obs, update_stats=self.update_obs_stats)
             actions, logp, values = self.act(x)
-            if clock is not None:
-                clock.lap("inference", N)
+            clock.lap("inference", N)
             obs, rewards, terminated, truncated, info = envs.step(to_env(actions.numpy()))
-            if clock is not None:
-                clock.lap("env_step")
+            clock.lap("env_step")
             dones = terminated | truncated
             rewards = np.asarray(rewards, dtype=np.float32)
             if self.reward_norm is not None:
@@ -459,15 +464,13 @@ class RolloutCollector:
                 if ep_mask.any():
                     ctx.record_episodes(step0 + (t + 1) * N, ep_ret[ep_mask], ep_len[ep_mask])
             self.obs = obs
-            if clock is not None:
-                clock.lap("storage")
+            clock.lap("storage")
         ctx.steps = step0 + T * N
         H = self.buf_values.np.shape[-1]
         last = np.zeros((N, H), dtype=np.float32)
         if self.has_critic:
             last = self.values(self.inputs(self.obs))
-            if clock is not None:
-                clock.lap("inference", N)
+            clock.lap("inference", N)
         self.obs_store.steps = T
         return Rollout(
             self.obs_store, self.buf_actions.t[:T], self.buf_logp.np[:T], self.buf_values.np[:T],
@@ -481,12 +484,40 @@ def micro_batches(b: int, k: int) -> list[tuple[int, int]]:
     return [(int(q[0]), int(q[-1]) + 1) for q in np.array_split(np.arange(b), k) if len(q)]
 
 
+def policy_act(
+    policy: ActorCritic, x: torch.Tensor, device: torch.device | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:meth:`ActorCritic.act` on CPU inputs ``x``: on ``device`` (None: the CPU, nothing moves), results on the CPU."""
+    if device is None:
+        return policy.act(x)
+    actions, logp, values = policy.act(x.to(device))
+    return actions.cpu(), logp.cpu(), None if values is None else values.cpu()
+
+
+class NullClock:
+    """The lap clock of every trial that is not being profiled: :meth:`lap` does nothing. The loops call ``lap`` at
+    each part of a step unconditionally; ``suite profile speed`` puts a real one
+    (:class:`suite.profile.speed.LapClock`) on the trial context instead. A call of this no-op method costs a few tens
+    of nanoseconds (``docs/accel.md`` counts the calls per step and puts them against a step's time)."""
+
+    __slots__ = ()
+
+    def lap(self, name: str, samples: int = 0) -> None:
+        """Charge the time since the previous lap to ``name`` (here: nothing)."""
+
+    def attach(self, trainer: Any) -> None:
+        """Told which trainer it times (here: nothing)."""
+
+
+NULL_CLOCK = NullClock()
+"""The one :class:`NullClock`."""
+
+
 def attach_clock(ctx: Any, trainer: Any) -> Any:
-    """The lap clock ``suite profile speed`` put on the trial context (``ctx.clock``), told which trainer it times;
-    None in every normal trial (then the hot path pays one ``is not None`` test per part)."""
-    clock = getattr(ctx, "clock", None)
-    if clock is not None:
-        clock.attach(trainer)
+    """The lap clock ``suite profile speed`` put on the trial context (``ctx.clock``), told which trainer it times; the
+    :data:`NULL_CLOCK` in every other trial."""
+    clock = getattr(ctx, "clock", None) or NULL_CLOCK
+    clock.attach(trainer)
     return clock
 
 
@@ -509,6 +540,14 @@ class Minibatch:
     weight: float = 1.0
     """This micro-batch's share of its minibatch (``grad_accumulation``): losses that are means over the
     micro-batch are multiplied by it, so the accumulated gradient is the whole minibatch's."""
+
+    def to(self, device: torch.device) -> Minibatch:
+        """The same (micro-)batch with every tensor on ``device`` (a specification running off the CPU)."""
+        return Minibatch(
+            self.obs.to(device), self.actions.to(device), self.old_log_probs.to(device), self.old_values.to(device),
+            self.advantages.to(device), self.returns.to(device), {k: v.to(device) for k, v in self.extra.items()},
+            self.weight,
+        )  # fmt: skip
 
 
 class SampleTable:
@@ -578,8 +617,8 @@ class GradientStepper:
     gradient across the minibatches of one update (trace of the covariance: E||g - mean g||^2), which the
     stability report uses.
 
-    The parameters are packed into one buffer (:class:`~suite.algorithms.fused.FlatParameters`): the gradient
-    statistics, the clip and Adam (:class:`~suite.algorithms.fused.FlatAdam`, torch's fused CPU kernel) are one
+    The parameters are packed into one buffer (:class:`~suite.accel.flat.FlatParameters`): the gradient
+    statistics, the clip and Adam (:class:`~suite.accel.flat.FlatAdam`, torch's fused kernel) are one
     call each, whether the gradient came from autograd or from a hand-derived backward.
     """
 
@@ -650,7 +689,8 @@ class GradientStepper:
 
     def check_finite(self) -> None:
         """Raise :class:`Diverged` when a parameter became NaN/inf."""
-        if not np.isfinite(self.flat.data.numpy()).all():  # numpy's test of the same buffer: ~35 -> ~3 us
+        data = self.flat.data  # on the CPU numpy's test of the buffer, a fraction of torch's per-call cost
+        if not (np.isfinite(data.numpy()).all() if data.device.type == "cpu" else bool(torch.isfinite(data).all())):
             raise Diverged("a parameter became non-finite")
 
     def end_update(self) -> dict[str, float]:

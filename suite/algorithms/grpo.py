@@ -11,10 +11,9 @@ Options (:class:`GRPOConfig`) cover the published variants: outcome or process s
 2025, arXiv 2503.14476, token-level mean + dynamic sampling), group/batch/no reward scaling (TRL's
 ``scale_rewards``) and asymmetric clipping (DAPO's clip-higher).
 
-Step accounting: the G*K sub-envs are stepped together until each has finished its first episode; with
-SAME_STEP autoreset a sub-env that finished early keeps running a new episode whose transitions are masked
-out (never trained on, never recorded). ``ctx.steps`` counts only the transitions of the recorded episodes
-(the samples the algorithm consumes); the padding steps are reported per update as ``padding_frac``.
+Collection (:mod:`suite.algorithms.episodes`): the G*K sub-envs are stepped together until each has finished its
+first episode; ``ctx.steps`` counts only the transitions of the recorded episodes, the padding steps are reported per
+update as ``padding_frac``, and only the groups whose episodes all finished within the budget are trained on.
 
 Truncation: an episode cut by ``max_episode_steps`` (or the env's own limit) has the return it got; there is
 no critic to bootstrap from, so a truncated episode is scored as if it had ended (``truncated_frac`` says how
@@ -23,42 +22,29 @@ cut by the suite's cap (below the env's own limit, e.g. Pong games capped at 100
 is trained on but NOT recorded in the learning curve, which holds whole episodes only (the same quantity the
 PPO family records); the trial's ``metrics`` say how many were left out (``capped_episodes``) and the cap.
 
-Budget: the collector stops once the trial's budget is spent (at most ``n_envs - 1`` steps past it); only the
-groups whose episodes all finished by then are trained on, so every algorithm stops at the same step count.
+The loss is :func:`grpo_loss` (autograd; :meth:`GRPOTrainer.loss` applies it to a slice of steps); on MLP policies the
+update runs its accelerator (:mod:`suite.accel.grpo`) unless ``hand_derived = false``.
 
-Since version 1.3.0 the update takes its derivatives by hand in the shared core (``hand_derived``,
-:func:`grpo_loss_derivatives`): the kernel's forward of the policy MLP, the clipped surrogate's, the k3 penalty's and
-the entropy bonus's derivatives per step in numpy, the kernel's backward; the same steps as autograd's up to float
-rounding (tested). ``hand_derived = false`` is the autograd path of 1.2.0; image observations always take it.
-
-The episode-group collection (:class:`EpisodeGroupCollector`, :class:`EpisodeGroups`) is independent of the
-loss, so other group-based algorithms can import it.
+Longer than one screen: GRPO's options (two supervisions, three aggregations, three reward scalings, DAPO's dynamic
+sampling, a refreshed reference policy) each need their own lines of config, advantage or update code.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
-from suite.algorithms.core import (
-    ROLLOUT_STORAGES,
-    Buffer,
-    Diverged,
-    GradientStepper,
-    attach_clock,
-    micro_batches,
-    net_config,
-)
-from suite.algorithms.fused import PolicyKernel, in_kernel_mode, kernel_for
+from suite.accel import Evaluated
+from suite.accel.mlp import in_kernel_mode, kernel_for
+from suite.algorithms.core import ROLLOUT_STORAGES, GradientStepper, micro_batches, net_config
+from suite.algorithms.episodes import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
-from suite.config import Schedule
-from suite.envs import episode_limit, finished_episodes
-from suite.errors import UserError
+from suite.algorithms.trainer import Trainer
+from suite.config import Schedule, engineering
 from suite.registry import register
 
 if TYPE_CHECKING:
@@ -66,9 +52,6 @@ if TYPE_CHECKING:
 
 ADV_EPS = 1e-4
 """Added to the std in advantage normalisation (the issue's formula; TRL's GRPOTrainer uses the same 1e-4)."""
-
-MAX_BUFFER_BYTES = 4 * 2**30
-"""Refuse rollout buffers larger than this (a clear error instead of an out-of-memory kill)."""
 
 REF_CHUNK, REF_CHUNK_IMAGES = 4096, 256
 """Steps per forward of the reference policy (images: 256 frames are ~29 MB as float; 4096 would be ~460 MB)."""
@@ -129,19 +112,19 @@ class GRPOConfig:
     max_episode_steps: int = 0
     """Per-episode step cap (truncation, scored honestly: see the module docstring); 0 = the env's own limit.
     Also the length of the rollout buffers and Dr. GRPO's constant normaliser."""
-    vectorization: Literal["sync", "async"] = "sync"
+    # -- engineering knobs: how the computation runs, not what it computes (suite.config.ENGINEERING) --
+    vectorization: Literal["sync", "async"] = field(default="sync", metadata=engineering())
     """How the G*K sub-envs are vectorised (CartPole's numpy fast path takes no per-env seeds, so no ``auto``)."""
-    rollout_storage: str = "numpy"
+    rollout_storage: str = field(default="numpy", metadata=engineering())
     """Memory toggle: episode buffers allocated and written by ``numpy`` or as ``torch`` tensors (exact: the same
     values either way)."""
-    grad_accumulation: int = 1
+    grad_accumulation: int = field(default=1, metadata=engineering())
     """Memory toggle: each minibatch step sums the gradients of this many slices of its steps (activations are held
     for a slice at a time: Pong's minibatches are thousands of frames); the same gradient up to float rounding."""
-    hand_derived: bool = True
-    """Take the loss's derivatives by hand in the shared core (:class:`suite.algorithms.fused.PolicyKernel`: one
-    forward and one backward pass of the policy MLP per slice, the loss's arithmetic in numpy, no autograd graph;
-    :func:`grpo_loss_derivatives`); ``false`` is the autograd path of versions up to 1.2.0, which image observations
-    (the Nature CNN) always take. The two agree up to float rounding (tests compare gradients, steps and metrics)."""
+    hand_derived: bool = field(default=True, metadata=engineering())
+    """True runs the accelerator of this loss where it applies (:mod:`suite.accel.grpo`: the policy MLP's forward and
+    backward by hand, the loss's derivatives in numpy); False, the specification by autograd, which image
+    observations (the Nature CNN) always take. The two agree up to float rounding (the parity harness checks it)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -183,261 +166,6 @@ class GRPOConfig:
 def grpo_policy(observation_space: Any, action_space: Any, cfg: GRPOConfig) -> ActorCritic:
     """The critic-free policy for a config (also the registry's ``policy_factory`` for saved policies)."""
     return ActorCritic(observation_space, action_space, net_config(cfg, n_value_heads=0))
-
-
-# -- episode groups ---------------------------------------------------------------------------------------
-@dataclass
-class EpisodeGroups:
-    """G*K episodes, K groups of G, stored time-major with padding. Episode ``n`` belongs to group ``n // G``.
-
-    Shapes: ``T`` = steps of the longest episode, ``N = K * G`` episodes.
-    """
-
-    obs: torch.Tensor
-    """``(T, N, *obs_shape)`` network inputs (normalised when enabled); rows past an episode's end are junk."""
-    actions: torch.Tensor
-    """``(T, N, *action_shape)`` sampled actions (before clipping to the env's bounds)."""
-    log_probs: np.ndarray
-    """``(T, N)`` float32 log pi_old(a_t | s_t) at collection time."""
-    rewards: np.ndarray
-    """``(T, N)`` float32 training rewards, 0 on padding."""
-    mask: np.ndarray
-    """``(T, N)`` bool, True on the steps of each episode (a prefix: t < lengths[n])."""
-    lengths: np.ndarray
-    """``(N,)`` int64 episode lengths."""
-    truncated: np.ndarray
-    """``(N,)`` bool: the episode was cut by the step cap, not terminated."""
-    seeds: np.ndarray
-    """``(K,)`` the reset seed of each group."""
-    group_size: int
-    """G."""
-    env_steps: int
-    """Sub-env steps executed to collect these episodes, padding included."""
-    finished: np.ndarray | None = None
-    """``(N,)`` bool: the episode ended (None = all did). False only when the budget ran out mid-episode."""
-
-    @property
-    def n_groups(self) -> int:
-        return len(self.seeds)
-
-    @property
-    def returns(self) -> np.ndarray:
-        """``(N,)`` float64 undiscounted training returns."""
-        return self.rewards.sum(0, dtype=np.float64)
-
-    def select_groups(self, groups: np.ndarray) -> EpisodeGroups:
-        """A copy holding only the given group indices (in that order), trimmed to their longest episode."""
-        G = self.group_size
-        cols = (np.asarray(groups, dtype=np.int64)[:, None] * G + np.arange(G)).ravel()
-        T = int(self.lengths[cols].max()) if cols.size else 0
-        tc = torch.from_numpy(cols)
-        return EpisodeGroups(
-            self.obs[:T, tc].clone(), self.actions[:T, tc].clone(), self.log_probs[:T, cols].copy(),
-            self.rewards[:T, cols].copy(), self.mask[:T, cols].copy(), self.lengths[cols].copy(),
-            self.truncated[cols].copy(), self.seeds[np.asarray(groups, dtype=np.int64)].copy(), G, 0,
-            None if self.finished is None else self.finished[cols].copy(),
-        )  # fmt: skip
-
-    def complete_groups(self) -> EpisodeGroups | None:
-        """The groups whose G episodes all finished (``self`` when all did; None when none did). The copy keeps
-        ``env_steps`` (the steps executed to collect the whole batch)."""
-        if self.finished is None or self.finished.all():
-            return self
-        done = self.finished.reshape(self.n_groups, self.group_size).all(1)
-        if not done.any():
-            return None
-        out = self.select_groups(np.flatnonzero(done))
-        out.env_steps = self.env_steps
-        return out
-
-    @staticmethod
-    def concat(parts: list[EpisodeGroups]) -> EpisodeGroups:
-        """Join batches along the episode axis, padding to the longest; ``env_steps`` are summed."""
-        T = max(p.obs.shape[0] for p in parts)
-
-        def pad_t(x: Any) -> Any:
-            extra = T - x.shape[0]
-            if not extra:
-                return x
-            if isinstance(x, torch.Tensor):
-                return torch.cat([x, x.new_zeros((extra, *x.shape[1:]))])
-            return np.concatenate([x, np.zeros((extra, *x.shape[1:]), dtype=x.dtype)])
-
-        return EpisodeGroups(
-            torch.cat([pad_t(p.obs) for p in parts], 1), torch.cat([pad_t(p.actions) for p in parts], 1),
-            np.concatenate([pad_t(p.log_probs) for p in parts], 1), np.concatenate([pad_t(p.rewards) for p in parts], 1),
-            np.concatenate([pad_t(p.mask) for p in parts], 1), np.concatenate([p.lengths for p in parts]),
-            np.concatenate([p.truncated for p in parts]), np.concatenate([p.seeds for p in parts]),
-            parts[0].group_size, sum(p.env_steps for p in parts),
-        )  # fmt: skip
-
-
-def check_same_start(obs: np.ndarray, group_size: int, seeds: np.ndarray) -> None:
-    """Raise when the G sub-envs of a group (consecutive rows) do not share their first observation.
-
-    Args:
-        obs: ``(K * G, *obs_shape)`` first observations after ``reset(seed=np.repeat(seeds, G))``.
-        group_size: G.
-        seeds: ``(K,)`` the groups' reset seeds (for the message).
-
-    Raises:
-        RuntimeError: a group whose first observations differ (the env is not deterministic under seeding).
-    """
-    grouped = obs.reshape(len(seeds), group_size, -1)
-    same = (grouped == grouped[:, :1]).all(axis=(1, 2))
-    if not same.all():
-        k = int(np.flatnonzero(~same)[0])
-        raise RuntimeError(
-            f"GRPO groups must start from one state, but the {group_size} sub-envs reset with seed {int(seeds[k])} "
-            "returned different first observations: this env's reset is not deterministic given its seed"
-        )
-
-
-def episode_cap(ctx: TrialContext, max_episode_steps: int) -> tuple[int, int | None]:
-    """``(max_len, cap)``: the longest possible episode, and the ``max_episode_steps`` to pass to
-    ``make_vec_env`` (None when ``max_episode_steps`` is 0 or not below the env's own limit)."""
-    limit = episode_limit(ctx.env_id, ctx.env_kwargs)
-    if 0 < max_episode_steps < limit:
-        return max_episode_steps, max_episode_steps
-    return limit, None
-
-
-class EpisodeGroupCollector:
-    """Collects K groups of G episodes: one vector env of G*K sub-envs, group k reset with seed ``seeds[k]``.
-
-    All sub-envs are stepped with one policy call per step until every one has finished its first episode;
-    transitions after that (SAME_STEP autoreset starts a new episode) are masked out. Buffers are preallocated
-    at ``(max_len, G*K)`` once and reused: the returned :class:`EpisodeGroups` is a view of them, valid until the
-    next :meth:`collect` (copy with :meth:`EpisodeGroups.select_groups` to keep it).
-    """
-
-    def __init__(
-        self,
-        ctx: TrialContext,
-        envs: Any,
-        policy: ActorCritic,
-        group_size: int,
-        max_len: int,
-        cap: int | None = None,
-        *,
-        kernel: PolicyKernel | None = None,
-        storage: str = "numpy",
-    ):
-        """
-        Args:
-            ctx: The trial (seeds, step counter, episode recorder).
-            envs: A vector env of ``K * G`` sub-envs taking per-env seed lists (``vectorization`` sync/async),
-                capped at ``max_len`` steps per episode (:func:`episode_cap`).
-            policy: Acts with one call per step for all sub-envs.
-            group_size: G.
-            max_len: Longest possible episode; the buffers hold ``max_len`` steps.
-            cap: The suite's episode cap when it is below the env's own limit (:func:`episode_cap`); episodes
-                truncated by it are partial and stay out of the learning curve.
-            kernel: the policy's hand-derived inference (:mod:`suite.algorithms.fused`), or None (module calls).
-            storage: the ``rollout_storage`` toggle (numpy or torch buffers, :class:`~suite.algorithms.core.Buffer`).
-        """
-        self.ctx, self.envs, self.policy, self.kernel = ctx, envs, policy, kernel
-        self.cap = cap
-        self.capped_episodes = 0
-        if cap is not None:
-            ctx.record_metric("episode_cap", cap)
-            ctx.record_metric("capped_episodes", 0)
-        self.n_envs = N = envs.num_envs
-        if N % group_size:
-            raise ValueError(f"{N} sub-envs do not split into groups of {group_size}")
-        self.group_size, self.n_groups = group_size, N // group_size
-        self.max_len = T = max_len
-        self.update_obs_stats = policy.obs_rms is not None
-        self.step_active_only = not self.update_obs_stats and bool(getattr(envs, "masks_steps", False))
-        """Step only the sub-envs whose episode is still running (``SeededVectorEnv.step_active``; 30% fewer
-        LunarLander steps at n_groups 4, group_size 8). The finished ones' (frozen) observations still go through
-        the policy each step with the rest, so the random stream and the batch size are as before, and are masked
-        out; the running ones get the same values bit for bit, as the policy's rows of a batch do not depend on each
-        other (tested on a LunarLander trial). Not with observation normalisation, whose running statistics take
-        every sub-env's observation, nor on the numpy twins (CartPole, TextMatch), which step all sub-envs in one
-        call anyway."""
-        space = envs.single_observation_space
-        x0 = policy.prepare_obs(np.zeros((1, *space.shape), dtype=space.dtype))
-        nbytes = T * N * (x0[0].numel() * x0.element_size() + 16)
-        if nbytes > MAX_BUFFER_BYTES:
-            raise UserError(
-                f"grpo rollout buffers would need {nbytes / 2**30:.1f} GiB ({T} steps x {N} episodes); "
-                "set max_episode_steps or reduce group_size/n_groups"
-            )
-        self.buf_obs = Buffer((T, N, *x0.shape[1:]), x0.dtype, storage)
-        act_dtype = torch.long if policy.discrete else torch.float32
-        self.buf_actions = Buffer((T, N, *policy.action_shape), act_dtype, storage)
-        self.buf_logp = Buffer((T, N), torch.float32, storage)
-        self.buf_rewards = np.zeros((T, N), dtype=np.float32)
-        self.buf_mask = np.zeros((T, N), dtype=bool)
-        self.clock: Any = None
-        """An optional lap clock (``suite profile speed``)."""
-
-    @in_kernel_mode(lambda self: self.kernel is not None)
-    def collect(self, max_samples: int | None = None) -> EpisodeGroups:
-        """Draw K seeds, run G episodes from each, record them in ``ctx`` and advance ``ctx.steps``.
-
-        Args:
-            max_samples: the budget left; collection stops once this many steps are used (episodes still
-                running then are marked unfinished in the result).
-        """
-        ctx, policy, envs, G, N, clock = self.ctx, self.policy, self.envs, self.group_size, self.n_envs, self.clock
-        seeds = ctx.draw_seeds(self.n_groups)
-        obs, _ = envs.reset(seed=np.repeat(seeds, G).tolist())
-        check_same_start(np.asarray(obs), G, seeds)
-        active = np.ones(N, dtype=bool)
-        lengths = np.zeros(N, dtype=np.int64)
-        truncated = np.zeros(N, dtype=bool)
-        step0, used, t = ctx.steps, 0, 0
-        while active.any():
-            if max_samples is not None and used >= max_samples:
-                break  # the trial's budget is spent: the running episodes stay unfinished
-            if t >= self.max_len:
-                raise RuntimeError(f"an episode ran past max_len={self.max_len} steps without truncation")
-            x = policy.prepare_obs(obs, update_stats=self.update_obs_stats)
-            if self.kernel is not None:
-                actions, logp = self.kernel.sample(self.kernel.infer(x, with_values=False)[0])
-            else:
-                actions, logp, _ = policy.act(x)
-            if clock is not None:
-                clock.lap("inference", N)
-            env_actions = policy.head.to_env(actions.numpy())
-            if self.step_active_only:
-                obs, rewards, terminated, trunc, info = envs.step_active(env_actions, active)
-            else:
-                obs, rewards, terminated, trunc, info = envs.step(env_actions)
-            if clock is not None:
-                clock.lap("env_step", int(active.sum()) if self.step_active_only else N)  # sub-env steps taken
-            self.buf_obs.put(t, x)
-            self.buf_actions.put(t, actions)
-            self.buf_logp.put(t, logp)
-            self.buf_rewards[t] = np.where(active, rewards, 0.0)
-            self.buf_mask[t] = active
-            used += int(active.sum())
-            done = (terminated | trunc) & active
-            if done.any():
-                lengths[done] = t + 1
-                truncated[done] = trunc[done] & ~terminated[done]
-                ep_mask, ep_ret, ep_len = finished_episodes(info, N)
-                rec = done & ep_mask
-                if self.cap is not None:
-                    partial = rec & truncated & (ep_len == self.cap)  # cut by the suite's cap: not a whole game
-                    if partial.any():
-                        self.capped_episodes += int(partial.sum())
-                        ctx.record_metric("capped_episodes", self.capped_episodes)
-                        rec &= ~partial
-                if rec.any():
-                    ctx.record_episodes(step0 + used, ep_ret[rec], ep_len[rec])
-                active &= ~done
-            t += 1
-            if clock is not None:
-                clock.lap("storage")
-        ctx.steps = step0 + used
-        lengths[active] = t  # unfinished (budget spent): the steps taken so far
-        return EpisodeGroups(
-            self.buf_obs.t[:t], self.buf_actions.t[:t], self.buf_logp.np[:t], self.buf_rewards[:t], self.buf_mask[:t],
-            lengths, truncated, seeds, G, t * N, ~active if active.any() else None,
-        )  # fmt: skip
 
 
 # -- advantages -------------------------------------------------------------------------------------------
@@ -614,92 +342,64 @@ def grpo_loss(
     return loss, metrics
 
 
-def grpo_loss_derivatives(
-    log_probs: np.ndarray,
-    old_log_probs: np.ndarray,
-    ref_log_probs: np.ndarray,
-    advantages: np.ndarray,
-    weights: np.ndarray,
-    entropy: np.ndarray,
-    *,
-    eps_low: float,
-    eps_high: float,
-    beta: float,
-    ent_coef: float,
-) -> tuple[np.ndarray, np.ndarray | None, dict[str, float]]:
-    """:func:`grpo_loss` with its derivatives by hand: ``(d loss / d log_probs (S,), d loss / d entropy (S,) or None
-    when ``ent_coef`` is 0, metrics)``, the metrics of :func:`grpo_loss` as floats (``policy_loss`` the weighted sum).
+@dataclass
+class GroupSlice:
+    """The steps of one gradient slice (a minibatch of whole episodes, or one of its ``grad_accumulation`` slices),
+    flattened episode-major. ``S`` steps."""
 
-    Per step, with ``rho = exp(log_probs - old_log_probs)``: the surrogate ``min(rho A, clip(rho) A)`` has derivative
-    ``rho A`` where the unclipped term is the smaller or ``rho`` is inside the clip range (where both terms are equal
-    autograd gives each half of it; outside the range the clipped term's derivative is 0), else 0; the k3 penalty
-    ``exp(ref - logp) - (ref - logp) - 1`` has ``1 - exp(ref - logp)``.
-    """
-    ratio = np.exp(log_probs - old_log_probs)
-    lo, hi = 1.0 - eps_low, 1.0 + eps_high
-    unclipped = ratio * advantages
-    clipped = np.clip(ratio, lo, hi) * advantages
-    inside = (ratio >= lo) & (ratio <= hi)
-    surrogate = np.minimum(unclipped, clipped)
-    log_ref_ratio = ref_log_probs - log_probs
-    ref_ratio = np.exp(log_ref_ratio)
-    kl = ref_ratio - log_ref_ratio - 1.0
-    d_surrogate = np.where((unclipped < clipped) | inside, unclipped, 0.0)
-    dlogp = (weights * (beta * (1.0 - ref_ratio) - d_surrogate)).astype(np.float32, copy=False)
-    dent = None if ent_coef == 0.0 else (-ent_coef * weights).astype(np.float32, copy=False)
-    policy_loss = -float((weights * surrogate).sum())
-    loss = policy_loss + beta * float((weights * kl).sum()) - ent_coef * float((weights * entropy).sum())
-    if not math.isfinite(loss):
-        raise Diverged(f"non-finite loss {loss}")
-    metrics = {
-        "policy_loss": policy_loss,
-        "kl_ref": float(kl.mean()),
-        "clip_fraction": float(((ratio < lo) | (ratio > hi)).mean()),
-        "entropy": float((weights * entropy).sum() / weights.sum()),
-    }
-    return dlogp, dent, metrics
+    obs: torch.Tensor
+    """``(S, *obs_shape)`` network inputs."""
+    actions: torch.Tensor
+    """``(S, *action_shape)``."""
+    old_log_probs: np.ndarray
+    """``(S,)`` float32 log pi_old at collection time."""
+    ref_log_probs: np.ndarray
+    """``(S,)`` float32 log pi_ref of the frozen reference policy."""
+    advantages: np.ndarray
+    """``(S,)`` float32."""
+    weights: np.ndarray
+    """``(S,)`` float32 aggregation weights (:func:`episode_weights` of the minibatch, repeated over each episode)."""
 
 
 # -- training ---------------------------------------------------------------------------------------------
-class GRPOTrainer:
+class GRPOTrainer(Trainer):
     """Collect K groups of G episodes, compute group-relative advantages, take clipped steps with a KL penalty."""
 
+    cfg: GRPOConfig
+
     def __init__(self, ctx: TrialContext, cfg: GRPOConfig):
-        self.ctx, self.cfg = ctx, cfg
+        super().__init__(ctx, cfg)
         max_len, cap = episode_cap(ctx, cfg.max_episode_steps)
         envs = ctx.make_envs(cfg.batch_episodes, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = grpo_policy(envs.single_observation_space, envs.single_action_space, cfg)
+        if self.off_cpu:
+            self.policy.to_device(self.device)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
-        self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference and (hand_derived) update
+        self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference (and the accelerator's passes)
         self.collector = EpisodeGroupCollector(
             ctx, envs, self.policy, cfg.group_size, max_len, cap, kernel=self.kernel, storage=cfg.rollout_storage
         )
-        self.by_hand = self.kernel is not None and cfg.hand_derived
-        """Whether the update takes its derivatives by hand (else autograd on the same flat parameters)."""
-        self.clock: Any = attach_clock(ctx, self)
+        self.use_specification(type(self).loss)
         self.collector.clock = self.clock
-        self.n_updates = 0
 
-    def train(self) -> ActorCritic:
+    def prepare(self) -> tuple[EpisodeGroups, tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, float]] | None:
+        """K complete groups (stops at the budget; None when no group finished within it), their advantages and the
+        collection's metrics."""
         ctx = self.ctx
-        while ctx.steps < ctx.total_timesteps:
-            # collect rollout (stops at the budget; only complete groups are kept)
-            with ctx.phase("rollout"):
-                batch, collect_metrics = self.collect()
-            if batch is None:
-                break  # the budget ran out before any group finished: nothing left to train on
-            progress = ctx.steps / ctx.total_timesteps
-            # group-relative advantages
-            with ctx.phase("advantages"):
-                advantages = batch_advantages(batch, self.cfg.supervision, self.cfg.reward_scaling)
-            # update
-            with ctx.phase("update"):
-                metrics = self.update(batch, advantages, progress=progress)
-            metrics.update(collect_metrics)
-            ctx.record_update(metrics)
-            ctx.after_iteration(self.policy)
-        return self.policy
+        with ctx.phase("rollout"):
+            batch, collect_metrics = self.collect()
+        if batch is None:
+            return None
+        with ctx.phase("advantages"):
+            advantages = batch_advantages(batch, self.cfg.supervision, self.cfg.reward_scaling)
+        return batch, advantages, collect_metrics
+
+    def optimise(self, prepared: Any, progress: float) -> dict[str, float]:
+        batch, advantages, collect_metrics = prepared
+        metrics = self.update(batch, advantages, progress=progress)
+        metrics.update(collect_metrics)
+        return metrics
 
     def _collect_complete(self) -> tuple[EpisodeGroups | None, int, int]:
         """One collection within the budget: (its complete groups or None, env steps executed, steps used)."""
@@ -754,46 +454,37 @@ class GRPOTrainer:
         """``(K,)`` True for groups whose rewards do not vary (their advantages are all 0)."""
         return batch_advantages(batch, self.cfg.supervision, self.cfg.reward_scaling)[1]
 
-    def autograd_slice(
-        self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor,
-        adv: torch.Tensor, weights: torch.Tensor,
-    ) -> dict[str, float]:  # fmt: skip
-        """Add one slice's gradient of :func:`grpo_loss` by autograd (versions up to 1.2.0; image observations);
-        return its metrics."""
-        cfg, clock = self.cfg, self.clock
-        logp, entropy, _, _ = self.policy.evaluate_actions(obs, actions)
-        loss, metrics = grpo_loss(
-            logp, old_logp, ref_logp, adv, weights, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-            entropy=entropy, ent_coef=cfg.ent_coef,
-        )  # fmt: skip
-        if clock is not None:
-            clock.lap("forward", int(obs.shape[0]))
-        self.stepper.backward(loss)
-        if clock is not None:
-            clock.lap("backward")
-        return {k: float(v) for k, v in metrics.items()}
+    def loss(self, s: GroupSlice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The specification: :func:`grpo_loss` of a slice's steps under the current policy (weighted by the minibatch's
+        aggregation weights, so the slices' losses sum to the minibatch's)."""
+        cfg, device = self.cfg, self.device
+        logp, entropy, _, _ = self.policy.evaluate_actions(s.obs.to(device), s.actions.to(device))
+        old, ref, adv, weights = (torch.from_numpy(a).to(device) for a in (s.old_log_probs, s.ref_log_probs,
+                                                                           s.advantages, s.weights))  # fmt: skip
+        return grpo_loss(
+            logp,
+            old,
+            ref,
+            adv,
+            weights,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            beta=cfg.beta,
+            entropy=entropy,
+            ent_coef=cfg.ent_coef,
+        )
 
-    def hand_derived_slice(
-        self, obs: torch.Tensor, actions: torch.Tensor, old_logp: np.ndarray, ref_logp: np.ndarray,
-        adv: np.ndarray, weights: np.ndarray, index: int,
-    ) -> dict[str, float]:  # fmt: skip
-        """The same by hand: the kernel's forward, :func:`grpo_loss_derivatives`, the kernel's backward (the first
-        slice of a minibatch sets the gradients, the others add to them)."""
-        cfg, clock, kernel = self.cfg, self.clock, self.kernel
-        assert kernel is not None
-        logp, entropy, _, state = kernel.evaluate(obs, actions, need_values=False)
-        dlogp, dent, metrics = grpo_loss_derivatives(
-            logp, old_logp, ref_logp, adv, weights, entropy, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-            beta=cfg.beta, ent_coef=cfg.ent_coef,
-        )  # fmt: skip
-        if clock is not None:
-            clock.lap("forward", int(obs.shape[0]))
-        kernel.backward(state, dlogp, dent, None, accumulate=index > 0)
-        if clock is not None:
-            clock.lap("backward")
-        return metrics
+    def spec_forward(self, s: GroupSlice) -> Evaluated:
+        loss, metrics = self.loss(s)
 
-    @in_kernel_mode(lambda self: self.by_hand)
+        def backward(accumulate: bool) -> None:
+            if not accumulate:
+                self.stepper.zero_grad()
+            self.stepper.backward(loss)
+
+        return Evaluated(loss, metrics, backward)
+
+    @in_kernel_mode(lambda self: self.accelerator is not None)
     def update(
         self, batch: EpisodeGroups, advantages: tuple[np.ndarray, np.ndarray, np.ndarray], progress: float
     ) -> dict[str, float]:
@@ -815,10 +506,15 @@ class GRPOTrainer:
         with torch.no_grad():
             for s in range(0, len(t_idx), chunk):
                 sl = slice(s, s + chunk)
-                params = self.reference.policy_params(batch.obs[t_flat[sl], n_flat[sl]])
-                ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, actions[sl])
+                obs, acts = batch.obs[t_flat[sl], n_flat[sl]], actions[sl]
+                if self.off_cpu:
+                    obs, acts = obs.to(self.device), acts.to(self.device)
+                params = self.reference.policy_params(obs)
+                ref_logp[sl] = self.reference.head.log_prob(params, self.reference.log_std, acts)
         old_np, ref_np, adv_np = old_logp.numpy(), ref_logp.numpy(), t_adv.numpy()
         lr = self.stepper.begin_update(progress)
+        forward = self.accelerator.forward if self.accelerator is not None else self.spec_forward
+        clock = self.clock
         N = batch.lengths.shape[0]
         sums: dict[str, float] = {}
         count = 0
@@ -837,19 +533,19 @@ class GRPOTrainer:
                 m: dict[str, float] = {}
                 for i, (lo, hi) in enumerate(parts):
                     ps = sel[lo:hi]
+                    at = ps.numpy()
                     obs = batch.obs[t_flat[ps], n_flat[ps]]
-                    part_m = (
-                        self.hand_derived_slice(obs, actions[ps], old_np[ps], ref_np[ps], adv_np[ps], w_np[lo:hi], i)
-                        if self.by_hand
-                        else self.autograd_slice(obs, actions[ps], old_logp[ps], ref_logp[ps], t_adv[ps], weights[lo:hi])
-                    )
+                    evaluated = forward(GroupSlice(obs, actions[ps], old_np[at], ref_np[at], adv_np[at], w_np[lo:hi]))
+                    clock.lap("forward", hi - lo)
+                    evaluated.backward(i > 0)
+                    clock.lap("backward")
+                    part_m = {key: float(v) for key, v in evaluated.metrics.items()}
                     # policy_loss is a weighted sum (adds up), entropy a weighted mean, kl_ref / clip_fraction means
                     shares = {"policy_loss": 1.0, "entropy": float(weights[lo:hi].sum()) / w_total}
                     for key, part_v in part_m.items():
                         m[key] = m.get(key, 0.0) + part_v * shares.get(key, (hi - lo) / S)
                 self.stepper.apply()
-                if self.clock is not None:
-                    self.clock.lap("optimizer")
+                clock.lap("optimizer")
                 for key, value in m.items():
                     sums[key] = sums.get(key, 0.0) + value
                 count += 1

@@ -33,30 +33,32 @@ Deviations from the document's code, each for a stated reason:
   construction; the logged ``grad_var`` is the variance of the per-GROUP gradients of the pairwise loss
   (each group is an independent sample of the loss, the role minibatches play elsewhere).
 
-Since version 1.4.0 the update is taken by hand in the shared core (``hand_derived``, :meth:`PairwiseTrainer.
-hand_derived_step`): the loss's derivative per step's log-probability and entropy, one backward pass of the
-policy MLP per group (for ``grad_var``) and one for the whole loss, instead of three autograd passes; the same step
-up to float rounding (tested), image observations keep autograd.
+The specification is :meth:`PairwiseTrainer.loss` (autograd); on MLP policies the update runs its accelerator
+(:mod:`suite.accel.grpo_pairwise`) unless ``hand_derived = false``.
 
 Nearest published relatives: pairwise policy gradients, P3O (Wu et al. 2023, arXiv 2310.00212), and ranking
 losses on sampled responses, RRHF (Yuan et al. 2023, arXiv 2304.05302).
+
+Longer than one screen: the document's deviations above, and the per-group gradient variance it reports, are part of
+what the algorithm is.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.algorithms.core import Diverged, GradientStepper, attach_clock, net_config
-from suite.algorithms.fused import in_kernel_mode, kernel_for
-from suite.algorithms.grpo import EpisodeGroupCollector, EpisodeGroups, episode_cap
+from suite.accel import Evaluated
+from suite.accel.mlp import in_kernel_mode, kernel_for
+from suite.algorithms.core import GradientStepper, net_config
+from suite.algorithms.episodes import EpisodeGroupCollector, EpisodeGroups, episode_cap
 from suite.algorithms.networks import ActorCritic
-from suite.config import Schedule
+from suite.algorithms.trainer import Trainer
+from suite.config import Schedule, engineering
 from suite.envs import TEXTMATCH_ID
 from suite.registry import register
 from suite.textmatch import MATCH_REWARD
@@ -100,12 +102,13 @@ class PairwiseConfig:
     early_stop_fraction: float | None = None
     """Stop training once a batch's mean return reaches this fraction of the env's maximum (document: 0.95);
     None = off (the suite's default, see the module docstring). Needs an env with a known maximum."""
-    hand_derived: bool = True
-    """Take the loss's derivatives by hand in the shared core (:class:`suite.algorithms.fused.PolicyKernel`: one
-    forward, one backward pass per group and one for the whole loss, no autograd graph); ``false`` is the autograd
-    path of versions up to 1.3.0, which image observations (the Nature CNN) always take. The two agree up to float
-    rounding (tests compare the gradient, the per-group gradients and the metrics)."""
-    vectorization: str = "sync"
+    # -- engineering knobs: how the computation runs, not what it computes (suite.config.ENGINEERING) --
+    hand_derived: bool = field(default=True, metadata=engineering())
+    """True runs the accelerator of this loss where it applies (:mod:`suite.accel.grpo_pairwise`: one forward and
+    one backward pass of the policy MLP per group and one for the whole loss, by hand); False, the specification by
+    autograd, which image observations (the Nature CNN) always take. The two agree up to float rounding (the parity
+    harness checks the loss, the gradient and the per-group gradients' variance)."""
+    vectorization: str = field(default="sync", metadata=engineering())
     """How the sub-envs are vectorised: sync or async (each trajectory is reset with its own seed, which the
     CartPole numpy fast path cannot do)."""
 
@@ -143,11 +146,15 @@ class EpisodeBatch:
     lengths: torch.Tensor
     """``(E,)`` int64 steps per episode."""
 
+    def to(self, device: torch.device) -> EpisodeBatch:
+        """The same batch with every tensor on ``device`` (a specification running off the CPU)."""
+        return EpisodeBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
 
 def flatten_episodes(groups: EpisodeGroups) -> EpisodeBatch:
     """The real steps of padded, time-major episodes (``EpisodeGroups`` from the shared collector), flattened.
 
-    The collector (``suite.algorithms.grpo.EpisodeGroupCollector``, here with groups of one: every trajectory
+    The collector (``suite.algorithms.episodes.EpisodeGroupCollector``, here with groups of one: every trajectory
     from its own seed, as the document samples them) steps every sub-env until each has finished one episode;
     steps a finished sub-env takes meanwhile are masked out and not counted in ``ctx.steps``.
     """
@@ -173,7 +180,7 @@ def trajectory_log_weights(log_ratio: torch.Tensor, episode: torch.Tensor, lengt
     Returns:
         ``(E,)``.
     """
-    w = torch.zeros(lengths.shape[0], dtype=log_ratio.dtype).index_add(0, episode, torch.exp(log_ratio))
+    w = log_ratio.new_zeros(lengths.shape[0]).index_add(0, episode, torch.exp(log_ratio))
     return torch.log(w / lengths.to(log_ratio.dtype))
 
 
@@ -191,7 +198,7 @@ def pairwise_group_losses(
     lw, r = log_w[groups], returns[groups]
     coef = -F.logsigmoid((r[:, :, None] - r[:, None, :]) / temperature)
     k = groups.shape[1]
-    off_diagonal = 1.0 - torch.eye(k, dtype=lw.dtype)
+    off_diagonal = 1.0 - torch.eye(k, dtype=lw.dtype, device=lw.device)
     return (coef * (lw[:, :, None] - lw[:, None, :]) * off_diagonal).sum((1, 2)) / (k * (k - 1))
 
 
@@ -204,22 +211,24 @@ def max_return(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
     return None
 
 
-class PairwiseTrainer:
+class PairwiseTrainer(Trainer):
     """Collect whole episodes, one pairwise-loss step per batch (``n_epochs``), record, evaluate."""
 
+    cfg: PairwiseConfig
+
     def __init__(self, ctx: TrialContext, cfg: PairwiseConfig):
-        self.ctx, self.cfg = ctx, cfg
+        super().__init__(ctx, cfg)
         max_len, cap = episode_cap(ctx, cfg.max_episode_steps or 0)
         self.envs = ctx.make_envs(cfg.n_trajectories, vectorization=cfg.vectorization, max_episode_steps=cap)
         self.policy = pairwise_policy(self.envs.single_observation_space, self.envs.single_action_space, cfg)
+        if self.off_cpu:
+            self.policy.to_device(self.device)
         self.stepper = GradientStepper(list(self.policy.parameters()), cfg.learning_rate, cfg.max_grad_norm, cfg.adam_eps)
-        self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference and (hand_derived) update
-        self.by_hand = self.kernel is not None and cfg.hand_derived
-        """Whether the update takes its derivatives by hand (else autograd on the same flat parameters)."""
+        self.kernel = kernel_for(self.policy, self.stepper.flat)  # hand-derived inference (and the accelerator's passes)
         self.collector = EpisodeGroupCollector(
             ctx, self.envs, self.policy, group_size=1, max_len=max_len, cap=cap, kernel=self.kernel
         )
-        self.clock: Any = attach_clock(ctx, self)
+        self.use_specification(type(self).loss)
         self.collector.clock = self.clock
         self.stop_at: float | None = None
         if cfg.early_stop_fraction is not None:
@@ -228,23 +237,19 @@ class PairwiseTrainer:
                 raise ValueError(f"early_stop_fraction needs a known maximum return; {ctx.env_id} has none")
             self.stop_at = cfg.early_stop_fraction * best
 
-    def train(self) -> ActorCritic:
-        ctx, cfg = self.ctx, self.cfg
-        while ctx.steps < ctx.total_timesteps:
-            # collect whole episodes (stops at the budget; unfinished episodes are dropped)
-            with ctx.phase("rollout"):
-                episodes = self.collector.collect(ctx.remaining_steps).complete_groups()
-                batch = flatten_episodes(episodes) if episodes is not None else None
-            if batch is None or batch.lengths.shape[0] < cfg.group_size:
-                break  # the budget ran out before a whole group of episodes finished
-            # the pairwise loss needs no advantages: one update step per batch
-            with ctx.phase("update"):
-                metrics = self.update(batch, progress=ctx.steps / ctx.total_timesteps)
-            ctx.record_update(metrics)
-            ctx.after_iteration(self.policy)
-            if self.stop_at is not None and metrics["return_mean"] >= self.stop_at:
-                break
-        return self.policy
+    def prepare(self) -> EpisodeBatch | None:
+        """Whole episodes (stops at the budget; unfinished episodes are dropped); None when fewer than a group finished
+        within it. The pairwise loss needs no advantages."""
+        with self.ctx.phase("rollout"):
+            episodes = self.collector.collect(self.ctx.remaining_steps).complete_groups()
+            batch = flatten_episodes(episodes) if episodes is not None else None
+        return None if batch is None or batch.lengths.shape[0] < self.cfg.group_size else batch
+
+    def optimise(self, prepared: EpisodeBatch, progress: float) -> dict[str, float]:
+        return self.update(prepared, progress=progress)
+
+    def stop(self, metrics: dict[str, float]) -> bool:
+        return self.stop_at is not None and metrics["return_mean"] >= self.stop_at
 
     def loss(self, batch: EpisodeBatch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(total loss, per-group pairwise losses ``(G,)``, metrics) with freshly shuffled groups."""
@@ -252,7 +257,7 @@ class PairwiseTrainer:
         logp, entropy, _, _ = self.policy.evaluate_actions(batch.obs, batch.actions)
         log_ratio = logp - batch.log_probs
         log_w = trajectory_log_weights(log_ratio, batch.episode, batch.lengths)
-        groups = self.shuffled_groups(batch.lengths.shape[0])  # fewer than n_trajectories in a batch cut by the budget
+        groups = self.shuffled_groups(batch.lengths.shape[0]).to(log_w.device)  # fewer than n_trajectories if cut
         group_losses = pairwise_group_losses(log_w, batch.returns, groups, cfg.temperature)
         loss = group_losses.mean() - cfg.ent_coef * entropy.mean()
         metrics = {
@@ -278,84 +283,38 @@ class PairwiseTrainer:
         k = self.cfg.group_size
         return torch.randperm(n)[: n - n % k].reshape(-1, k)
 
-    def autograd_step(self, batch: EpisodeBatch) -> tuple[float, dict[str, float]]:
-        """One epoch of the loss by autograd (versions up to 1.3.0; image observations): fill the parameters'
-        gradients, return (group-gradient variance, metrics)."""
-        loss, group_losses, m = self.loss(batch)
+    def spec_forward(self, batch: EpisodeBatch) -> Evaluated:
+        """One epoch's loss by autograd, with the per-group gradients' variance (``group_grad_var``) in its metrics."""
+        loss, group_losses, m = self.loss(batch.to(self.device) if self.off_cpu else batch)
         clock = self.clock
-        if clock is not None:
-            clock.lap("forward", int(batch.episode.shape[0]))
+        clock.lap("forward", int(batch.episode.shape[0]))
         group_var = self.group_gradient_variance(group_losses)
-        if clock is not None:
-            clock.lap("group_gradients")
-        self.stepper.zero_grad()
-        self.stepper.backward(loss)
-        return group_var, {k: float(v) for k, v in m.items()}
+        clock.lap("group_gradients")
+        metrics = {k: float(v) for k, v in m.items()}
+        metrics["group_grad_var"] = group_var
 
-    def hand_derived_step(self, batch: EpisodeBatch) -> tuple[float, dict[str, float]]:
-        """One epoch of the loss by hand: fill the parameters' gradients, return (group-gradient variance, metrics).
+        def backward(accumulate: bool) -> None:
+            if not accumulate:
+                self.stepper.zero_grad()
+            self.stepper.backward(loss)
 
-        ``L = mean_g L_g - c mean_t H_t`` with ``L_g`` of :func:`pairwise_group_losses`. Per episode ``i`` of group
-        ``g`` (``k`` episodes): ``dL_g/dlog w_i = sum_{j != i} (c_ij - c_ji) / (k (k - 1))``; per step ``t`` of episode
-        ``i``: ``dlog w_i / dlog pi_t = rho_t / sum_{t' in i} rho_t'`` with ``rho = pi / pi_old``. The kernel turns
-        ``dL/dlog pi_t`` and ``dL/dH_t = -c / S`` into the parameters' gradient; each group's gradient alone (for
-        ``grad_var``) is one more backward pass of its ``dL_g/dlog pi``.
-        """
-        cfg, kernel, flat = self.cfg, self.kernel, self.stepper.flat
-        assert kernel is not None
-        logp, entropy, _, state = kernel.evaluate(batch.obs, batch.actions, need_values=False)
-        episode, lengths = batch.episode.numpy(), batch.lengths.numpy()
-        log_ratio = logp - batch.log_probs.numpy()
-        rho = np.exp(log_ratio)
-        rho_sum = np.zeros(lengths.shape[0], dtype=rho.dtype)
-        np.add.at(rho_sum, episode, rho)
-        log_w = np.log(rho_sum / lengths.astype(rho.dtype))
-        groups = self.shuffled_groups(lengths.shape[0]).numpy()
-        k = groups.shape[1]
-        r = batch.returns.numpy()[groups]
-        coef = np.logaddexp(0.0, -(r[:, :, None] - r[:, None, :]) / cfg.temperature).astype(rho.dtype)
-        coef *= 1.0 - np.eye(k, dtype=coef.dtype)  # ordered pairs i != j only
-        lw = log_w[groups]
-        group_losses = (coef * (lw[:, :, None] - lw[:, None, :])).sum((1, 2)) / (k * (k - 1))
-        d_log_w = np.zeros((groups.shape[0], lengths.shape[0]), dtype=rho.dtype)  # dL_g / dlog w_i
-        np.put_along_axis(d_log_w, groups, (coef.sum(2) - coef.sum(1)) / (k * (k - 1)), axis=1)
-        d_logp_groups = d_log_w[:, episode] * (rho / rho_sum[episode])  # (G, S): dL_g / dlog pi_t
-        loss = float(group_losses.mean() - cfg.ent_coef * entropy.mean())
-        if not math.isfinite(loss):
-            raise Diverged(f"non-finite loss {loss}")
-        clock = self.clock
-        if clock is not None:
-            clock.lap("forward", int(episode.shape[0]))
-        grads = torch.empty(groups.shape[0], flat.grad.shape[0])
-        for g in range(groups.shape[0]):
-            kernel.backward(state, d_logp_groups[g], None, None)
-            grads[g].copy_(flat.grad)
-        group_var = float(grads.square().sum(1).mean() - grads.mean(0).square().sum())
-        if clock is not None:
-            clock.lap("group_gradients")
-        kernel.backward(state, d_logp_groups.mean(0), -cfg.ent_coef / episode.shape[0], None)  # dL/dH_t = -c/S
-        metrics = {
-            "pairwise_loss": float(group_losses.mean()),
-            "entropy": float(entropy.mean()),
-            "approx_kl": float((batch.log_probs.numpy() - logp).mean()),  # the document's monitor
-            "log_w_abs_max": float(np.abs(log_w).max()),
-        }
-        return group_var, metrics
+        return Evaluated(loss, metrics, backward)
 
-    @in_kernel_mode(lambda self: self.by_hand)
+    @in_kernel_mode(lambda self: self.accelerator is not None)
     def update(self, batch: EpisodeBatch, progress: float) -> dict[str, float]:
         lr = self.stepper.begin_update(progress)
         sums: dict[str, float] = {}
         group_vars = []
         clock = self.clock
+        forward = self.accelerator.forward if self.accelerator is not None else self.spec_forward
         for _ in range(self.cfg.n_epochs):
-            group_var, metrics = self.hand_derived_step(batch) if self.by_hand else self.autograd_step(batch)
-            group_vars.append(group_var)
-            if clock is not None:
-                clock.lap("backward")
+            evaluated = forward(batch)
+            evaluated.backward(False)
+            clock.lap("backward")
             self.stepper.apply()
-            if clock is not None:
-                clock.lap("optimizer")
+            clock.lap("optimizer")
+            metrics = dict(evaluated.metrics)
+            group_vars.append(metrics.pop("group_grad_var"))
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + value
         self.stepper.check_finite()

@@ -59,9 +59,9 @@ class RunningMeanStd(nn.Module):
     """Running mean and variance (parallel algorithm of Chan et al.), kept as buffers so they are saved.
 
     The arithmetic runs in numpy on views of the float64 buffers: per observation batch it is ~15 elementwise
-    operations on vectors of a few dozen entries, where a torch call's dispatch (~5-10 us) costs more than the
-    maths. It is the same IEEE arithmetic, operation for operation, as the torch form it replaced on 2026-12-02
-    (no algorithm version changed), so results are bit-identical (``tests/test_networks.py`` compares the two):
+    operations on vectors of a few dozen entries, where a torch call's dispatch costs more than the maths. It is the
+    same IEEE arithmetic, operation for operation, as a torch form, so results are bit-identical
+    (``tests/test_networks.py`` compares the two):
     numpy's row-ordered sum over the batch axis, divided by the count, is torch's mean; the batch variance stays
     torch's (a Welford reduction numpy has no twin of). One feature (TextMatch-v0's observation) runs on Python floats
     instead, torch's variance included (there a full reduction with a serial loop: :meth:`_update_scalar`).
@@ -98,15 +98,15 @@ class RunningMeanStd(nn.Module):
         """:meth:`update` for one feature, its ~15 numpy calls on 1-entry arrays as Python floats (IEEE doubles: the
         same operations in the same order). Torch's variance of a ``(B, 1)`` batch is a full reduction
         (``std_var_all_cpu``): the mean, then ``sum (x - mean)^2`` in one serial double loop while the batch is at
-        most one parallel grain (:data:`_SERIAL_VAR_MAX`), then ``/ B``: the loop below. ~27 -> ~8 us a call at
-        ``B = 8`` (grpo-pairwise on TextMatch-v0 takes one per rollout step); bit-identical (tested)."""
+        most one parallel grain (:data:`_SERIAL_VAR_MAX`), then ``/ B``: the loop below, a few times faster on the
+        small batches of a rollout step (grpo-pairwise on TextMatch-v0 takes one per step); bit-identical (tested)."""
         b_mean = float(np.add.reduce(x64, 0)[0]) / b_count  # as update(): numpy's sum, torch's mean
         s = 0.0
         for v in x64.ravel().tolist():
             d = v - b_mean
             s += d * d
         b_var = s / b_count
-        buffers = self._buffers  # not nn.Module.__getattr__ (~0.7 us a lookup)
+        buffers = self._buffers  # not nn.Module.__getattr__ (slow per lookup)
         mean, var, count_t = buffers["mean"], buffers["var"], buffers["count"]
         assert mean is not None and var is not None and count_t is not None
         m, v0, count = mean.item(), var.item(), count_t.item()
@@ -118,10 +118,10 @@ class RunningMeanStd(nn.Module):
 
     def normalize(self, x: torch.Tensor, clip: float = 10.0) -> torch.Tensor:
         """``clip((x - mean) / sqrt(var + 1e-8), -clip, clip)`` as float32 (computed in float64)."""
-        buffers = self._buffers  # not nn.Module.__getattr__ (~0.7 us a lookup)
+        buffers = self._buffers  # not nn.Module.__getattr__ (slow per lookup)
         mean, var = buffers["mean"], buffers["var"]
         assert mean is not None and var is not None
-        if mean.numel() == 1:  # one feature: the same float64 operations on Python floats, ~11 -> ~5 us
+        if mean.numel() == 1:  # one feature: the same float64 operations on Python floats (faster than numpy)
             sd, m = math.sqrt(var.item() + 1e-8), mean.item()
             ys: list[float] = []
             for v in x.numpy().ravel().tolist():
@@ -173,7 +173,7 @@ def _mlp_plan(seq: nn.Module) -> list[tuple[str, Any, Any]]:
 
 def _run_mlp_plan(plan: list[tuple[str, Any, Any]], x: torch.Tensor) -> torch.Tensor:
     """:func:`_mlp_no_grad` on a plan made once: the same calls, without walking the modules and looking up their
-    parameters at every call (23 -> 14 us for a 64 x 64 CartPole policy on 10 rows)."""
+    parameters at every call."""
     for kind, a, b in plan:
         if kind == "linear":
             x = torch.addmm(a, x, b)
@@ -201,10 +201,10 @@ def _mlp_no_grad(seq: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-_FRAME_BUFFERS: dict[tuple[int, ...], torch.Tensor] = {}
+_FRAME_BUFFERS: dict[tuple[Any, ...], torch.Tensor] = {}
 """Float buffers ``(B, H, W, C)`` by shape for :func:`_frames_to_float` (``reuse=True``): a minibatch's 7 MB of
-float frames written into pages already mapped instead of new ones (a fresh buffer cost ~1.5 ms of page faults per
-64-frame micro-batch, more than the conversion itself). At most :data:`_FRAME_BUFFER_SHAPES` shapes are kept."""
+float frames written into pages already mapped instead of new ones (a fresh buffer's page faults cost more than
+the conversion itself). At most :data:`_FRAME_BUFFER_SHAPES` shapes are kept."""
 
 _FRAME_BUFFER_SHAPES = 4
 
@@ -212,7 +212,7 @@ _FRAME_BUFFER_SHAPES = 4
 def _frames_to_float(x: torch.Tensor, reuse: bool = False) -> torch.Tensor:
     """Frames ``(B, C, H, W)`` (uint8, any memory layout) as channels-last float32 in [0, 1]: the channels
     interleaved and converted in one pass (``torch.stack`` of the ``C`` planes into a float ``(B, H, W, C)`` buffer;
-    ~2x faster than a channels-last uint8 copy and a conversion after it), then scaled in place. The same values
+    faster than a channels-last uint8 copy and a conversion after it), then scaled in place. The same values
     and layout as ``x.contiguous(memory_format=torch.channels_last).float().div_(255)``. ``reuse``: write into a
     kept buffer (:data:`_FRAME_BUFFERS`); only for a caller that neither keeps the result nor lets autograd save it
     (the result is overwritten by the next call of the same shape). Float inputs (float32/float16 storage) are
@@ -223,13 +223,14 @@ def _frames_to_float(x: torch.Tensor, reuse: bool = False) -> torch.Tensor:
         return x.float().div_(255.0) if x.dtype != torch.float32 else x / 255.0
     B, C, H, W = x.shape
     shape = (B, H, W, C)
-    buf = _FRAME_BUFFERS.get(shape) if reuse else None
+    key = (*shape, x.device)
+    buf = _FRAME_BUFFERS.get(key) if reuse else None
     if buf is None:
-        buf = torch.empty(shape)
+        buf = torch.empty(shape, device=x.device)
         if reuse:
             if len(_FRAME_BUFFERS) >= _FRAME_BUFFER_SHAPES:
                 del _FRAME_BUFFERS[next(iter(_FRAME_BUFFERS))]
-            _FRAME_BUFFERS[shape] = buf
+            _FRAME_BUFFERS[key] = buf
     torch.stack(x.unbind(1), dim=-1, out=buf)
     return buf.permute(0, 3, 1, 2).div_(255.0)
 
@@ -260,8 +261,8 @@ class NatureCNN(nn.Module):
     """Mnih et al. 2015 trunk; input uint8 frames ``(B, C, 84, 84)``, output ``(B, 512)``.
 
     Lean and fast on CPU without changing the maths: the frames go channels-last as they are converted to float
-    (oneDNN's convolutions need no padded reorder of the 4-channel input: 1.7x faster steps and ~80 MB less peak
-    at a 256-frame minibatch on the dev machine), the conversion and the /255 happen in one float buffer that
+    (oneDNN's convolutions need no padded reorder of the 4-channel input: faster steps and a lower peak,
+    ``docs/accel.md``), the conversion and the /255 happen in one float buffer that
     autograd does not keep and the next minibatch reuses (:class:`_FirstConv` keeps the uint8 frames;
     :func:`_frames_to_float`), and the ReLUs are in place (no second copy of each activation; autograd needs only
     their outputs).
@@ -293,6 +294,79 @@ class NatureCNN(nn.Module):
         else:
             h = conv(_frames_to_float(x, reuse=not torch.is_grad_enabled()))
         return self.net[1:](h)
+
+
+# -- critics of ppo-adaptive-clip's options (document 000) ----------------------------------------------------
+class RecurrentCritic(nn.Module):
+    """An LSTM cell and a linear value head. Maps features ``(B, F)`` to values ``(B, H)`` from the memory in
+    :attr:`memory` (``(h, c)``, each ``(B, hidden)``; zeros when None) and leaves the new memory in
+    :attr:`last_state`. The trainer sets the memory: sequentially over a rollout, or per sample (the state
+    stored at that step, so one minibatch step backpropagates through one cell step, like R2D2's stored state).
+    """
+
+    def __init__(self, in_features: int, hidden: int, n_out: int):
+        super().__init__()
+        self.cell = nn.LSTMCell(in_features, hidden)
+        self.head = nn.Linear(hidden, n_out)
+        nn.init.orthogonal_(self.head.weight, gain=1.0)
+        nn.init.zeros_(self.head.bias)
+        self.hidden = hidden
+        self.memory: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.last_state: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        if self.memory is None:
+            zeros = f.new_zeros((f.shape[0], self.hidden))
+            state = (zeros, zeros)
+        else:
+            state = self.memory
+        h, c = self.cell(f, state)
+        self.last_state = (h, c)
+        return self.head(h)
+
+
+class PopArtValue(nn.Module):
+    """PopArt (van Hasselt et al. 2016, arXiv 1602.07714) around a critic whose last layer is ``last``.
+
+    The inner critic predicts normalised values ``v_n``; this module returns ``mu + sigma * v_n`` (return
+    units, so GAE and truncation bootstrapping see real values), with the gradient into ``v_n`` divided by
+    ``sigma ** 2``: an MSE against raw returns then has exactly the gradient of the MSE in normalised units,
+    which is what PopArt trains (``d/dv_n (mu + sigma v_n - R)^2 / sigma^2 = 2 (v_n - (R - mu) / sigma)``).
+    """
+
+    mu: torch.Tensor
+    nu: torch.Tensor
+    initialised: torch.Tensor
+
+    def __init__(self, inner: nn.Module, last: nn.Linear, beta: float):
+        super().__init__()
+        self.inner, self.last, self.beta = inner, last, beta
+        n = last.out_features
+        self.register_buffer("mu", torch.zeros(n))
+        self.register_buffer("nu", torch.ones(n))  # second moment
+        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        return torch.sqrt(torch.clamp(self.nu - self.mu.square(), min=1e-4))
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        sigma = self.sigma
+        v = self.mu + sigma * self.inner(f)
+        return v.detach() + (v - v.detach()) / sigma.square()
+
+    @torch.no_grad()
+    def update_stats(self, targets: torch.Tensor) -> None:
+        """Move the moments towards a batch of value targets ``(B,)`` and rescale the last layer ("Art")."""
+        mu_old, sigma_old = self.mu.clone(), self.sigma
+        b_mean, b_sq = targets.mean(), targets.square().mean()
+        beta = 1.0 if not bool(self.initialised) else self.beta
+        self.mu.mul_(1 - beta).add_(beta * b_mean)
+        self.nu.mul_(1 - beta).add_(beta * b_sq)
+        self.initialised.fill_(True)
+        sigma_new = self.sigma
+        self.last.weight.mul_((sigma_old / sigma_new).unsqueeze(-1))
+        self.last.bias.copy_((sigma_old * self.last.bias + mu_old - self.mu) / sigma_new)
 
 
 class ActionHead:
@@ -446,6 +520,21 @@ class ActorCritic(nn.Module):
         self.log_std.requires_grad_(isinstance(self.head, GaussianHead))
         self.obs_rms = RunningMeanStd(obs_shape) if cfg.normalize_obs and not self.image else None
 
+    @property
+    def device(self) -> torch.device:
+        """Where the networks' parameters live (``--device``). Observations are prepared on the CPU (numpy
+        statistics) and moved there by the callers that run off the CPU."""
+        return self.log_std.device
+
+    def to_device(self, device: torch.device) -> ActorCritic:
+        """Move the networks to ``device``; the observation statistics stay on the CPU (their arithmetic is numpy's)."""
+        rms, self.obs_rms = self.obs_rms, None
+        try:
+            self.to(device)
+        finally:
+            self.obs_rms = rms
+        return self
+
     # -- observation handling ---------------------------------------------------------------------------
     def prepare_obs(self, obs: np.ndarray, update_stats: bool = False) -> torch.Tensor:
         """Raw env observations ``(B, *obs_shape)`` to the network's input (normalised when enabled)."""
@@ -496,20 +585,23 @@ class ActorCritic(nn.Module):
         """Env-ready actions for raw observations ``(B, *obs_shape)``; the suite's evaluation entry point.
 
         An MLP policy runs under ``torch.inference_mode`` (less per-call bookkeeping than ``no_grad``, the same
-        numbers: :func:`suite.algorithms.fused.kernel_mode`); the CNN under ``no_grad``, as its frame buffers are kept
+        numbers: :func:`suite.accel.mlp.kernel_mode`); the CNN under ``no_grad``, as its frame buffers are kept
         across calls and training writes them outside inference mode."""
         with torch.no_grad() if self.image else torch.inference_mode():
             x = self.prepare_obs(obs)
+            device = self.log_std.device
+            if device.type != "cpu":
+                x = x.to(device)
             params = self.policy_params(x) if self.image else _mlp_no_grad(self.pi, x)
             a = self.head.mode(params, self.log_std) if deterministic else self.head.sample(params, self.log_std)
-            return self.head.to_env(a.numpy())
+            return self.head.to_env(a.numpy() if device.type == "cpu" else a.cpu().numpy())
 
     def predictor(self, deterministic: bool = True) -> Callable[[np.ndarray], np.ndarray]:
         """:meth:`predict` as a function of the observations, for many calls in a row (an evaluation): an MLP
         policy's layers are looked up once (:func:`_mlp_plan`), the same calls and numbers as :meth:`predict`.
         The plan holds views of the parameters as they are stored now: make a new predictor after anything that
         replaces them (``.to()``, re-packing); in-place updates (optimiser steps, ``load_state_dict``) show through."""
-        if self.image:
+        if self.image or self.log_std.device.type != "cpu":
             return lambda obs: self.predict(obs, deterministic)
         plan, prepare, head, log_std = _mlp_plan(self.pi), self.prepare_obs, self.head, self.log_std
 

@@ -34,7 +34,12 @@ no such algorithm (its ``GRPOTrainer`` is DeepSeekMath's GRPO). What the documen
   preserved when the moments move.
 
 The document's claimed text-generation numbers (CNN/DailyMail, 12k vs 15k steps, reward 2.45 vs 2.31) have
-no protocol; the suite measures the algorithm on its own envs instead.
+no protocol; the suite measures the algorithm on its own envs instead. The loss is PPO's
+(:func:`~suite.algorithms.ppo.ppo_policy_value_loss`) with this update's clip range: :meth:`AdaptiveClipTrainer.loss`.
+
+Longer than one screen: the document's options (two readings of its clip rule, the recurrent critic's pass over the
+rollout, PopArt's moments, a learning-rate decay) each need config and update code of their own; the critics' modules
+are in :mod:`suite.algorithms.networks`.
 """
 
 from __future__ import annotations
@@ -48,20 +53,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.actor_critic import (
-    ActorCriticConfig,
-    ActorCriticTrainer,
-    FusedLoss,
-    ppo_fused_loss,
-    ppo_policy_value_loss,
-)
+from suite.algorithms.actor_critic import ActorCriticTrainer
 from suite.algorithms.core import Minibatch, Rollout, net_config
-from suite.algorithms.networks import ActorCritic
+from suite.algorithms.networks import ActorCritic, PopArtValue, RecurrentCritic
+from suite.algorithms.ppo import PPOConfig, ppo_policy_value_loss
 from suite.registry import register
 
 
 @dataclass(frozen=True)
-class AdaptiveClipConfig(ActorCriticConfig):
+class AdaptiveClipConfig(PPOConfig):
     """PPO's config (SB3 names; ``clip_range`` is the *base* of the adaptive rule) plus the document's options."""
 
     clip_std_exponent: float = 0.5
@@ -127,79 +127,6 @@ def adaptive_clip_range(
     return float(min(max(base * ratio**exponent, clip_min), clip_max))
 
 
-# -- critic modules ---------------------------------------------------------------------------------------
-class RecurrentCritic(nn.Module):
-    """An LSTM cell and a linear value head. Maps features ``(B, F)`` to values ``(B, H)`` from the memory in
-    :attr:`memory` (``(h, c)``, each ``(B, hidden)``; zeros when None) and leaves the new memory in
-    :attr:`last_state`. The trainer sets the memory: sequentially over a rollout, or per sample (the state
-    stored at that step, so one minibatch step backpropagates through one cell step, like R2D2's stored state).
-    """
-
-    def __init__(self, in_features: int, hidden: int, n_out: int):
-        super().__init__()
-        self.cell = nn.LSTMCell(in_features, hidden)
-        self.head = nn.Linear(hidden, n_out)
-        nn.init.orthogonal_(self.head.weight, gain=1.0)
-        nn.init.zeros_(self.head.bias)
-        self.hidden = hidden
-        self.memory: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.last_state: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def forward(self, f: torch.Tensor) -> torch.Tensor:
-        if self.memory is None:
-            zeros = f.new_zeros((f.shape[0], self.hidden))
-            state = (zeros, zeros)
-        else:
-            state = self.memory
-        h, c = self.cell(f, state)
-        self.last_state = (h, c)
-        return self.head(h)
-
-
-class PopArtValue(nn.Module):
-    """PopArt (van Hasselt et al. 2016, arXiv 1602.07714) around a critic whose last layer is ``last``.
-
-    The inner critic predicts normalised values ``v_n``; this module returns ``mu + sigma * v_n`` (return
-    units, so GAE and truncation bootstrapping see real values), with the gradient into ``v_n`` divided by
-    ``sigma ** 2``: an MSE against raw returns then has exactly the gradient of the MSE in normalised units,
-    which is what PopArt trains (``d/dv_n (mu + sigma v_n - R)^2 / sigma^2 = 2 (v_n - (R - mu) / sigma)``).
-    """
-
-    mu: torch.Tensor
-    nu: torch.Tensor
-    initialised: torch.Tensor
-
-    def __init__(self, inner: nn.Module, last: nn.Linear, beta: float):
-        super().__init__()
-        self.inner, self.last, self.beta = inner, last, beta
-        n = last.out_features
-        self.register_buffer("mu", torch.zeros(n))
-        self.register_buffer("nu", torch.ones(n))  # second moment
-        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))
-
-    @property
-    def sigma(self) -> torch.Tensor:
-        return torch.sqrt(torch.clamp(self.nu - self.mu.square(), min=1e-4))
-
-    def forward(self, f: torch.Tensor) -> torch.Tensor:
-        sigma = self.sigma
-        v = self.mu + sigma * self.inner(f)
-        return v.detach() + (v - v.detach()) / sigma.square()
-
-    @torch.no_grad()
-    def update_stats(self, targets: torch.Tensor) -> None:
-        """Move the moments towards a batch of value targets ``(B,)`` and rescale the last layer ("Art")."""
-        mu_old, sigma_old = self.mu.clone(), self.sigma
-        b_mean, b_sq = targets.mean(), targets.square().mean()
-        beta = 1.0 if not bool(self.initialised) else self.beta
-        self.mu.mul_(1 - beta).add_(beta * b_mean)
-        self.nu.mul_(1 - beta).add_(beta * b_sq)
-        self.initialised.fill_(True)
-        sigma_new = self.sigma
-        self.last.weight.mul_((sigma_old / sigma_new).unsqueeze(-1))
-        self.last.bias.copy_((sigma_old * self.last.bias + mu_old - self.mu) / sigma_new)
-
-
 def adaptive_clip_policy(observation_space: Any, action_space: Any, cfg: AdaptiveClipConfig) -> ActorCritic:
     """:class:`ActorCritic` with the configured action head, optionally an LSTM critic and/or PopArt."""
     policy = ActorCritic(observation_space, action_space, net_config(cfg, normalize_obs=cfg.normalize))
@@ -241,7 +168,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         self.popart = self._find(PopArtValue)
         n = self.collector.n_envs
         hidden = cfg.lstm_hidden
-        self.critic_state = (torch.zeros(n, hidden), torch.zeros(n, hidden))
+        self.critic_state = (torch.zeros(n, hidden, device=self.device), torch.zeros(n, hidden, device=self.device))
         self._stored_state: dict[str, torch.Tensor] = {}
 
     def build_policy(self) -> ActorCritic:
@@ -261,19 +188,19 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
         a Markov observation, as in every env of the suite). The memory carried from the previous rollout was
         computed with the previous weights (the usual stale-state compromise).
         """
-        rec, policy = self.recurrent, self.policy
+        rec, policy, device = self.recurrent, self.policy, self.device
         T, N = rollout.rewards.shape
         h, c = self.critic_state
         hs, cs = torch.zeros(T, N, rec.hidden), torch.zeros(T, N, rec.hidden)
         for t in range(T):
             hs[t], cs[t] = h, c
             rec.memory = (h, c)
-            rollout.values[t] = policy.values(rollout.obs.at(t)).numpy()
+            rollout.values[t] = policy.values(rollout.obs.at(t).to(device)).cpu().numpy()
             h, c = rec.last_state
-            keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1)
+            keep = torch.from_numpy(1.0 - rollout.dones[t]).unsqueeze(-1).to(device)
             h, c = h * keep, c * keep
         rec.memory = (h, c)
-        rollout.last_values[:] = policy.values(policy.prepare_obs(self.collector.obs)).numpy()
+        rollout.last_values[:] = policy.values(policy.prepare_obs(self.collector.obs).to(device)).cpu().numpy()
         rec.memory = None
         self.critic_state = (h, c)
         self._stored_state = {"h": hs.reshape(T * N, -1), "c": cs.reshape(T * N, -1)}
@@ -308,7 +235,7 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
             self.std_ref = std if self.std_ref is None else m * self.std_ref + (1 - m) * std
         if self.popart is not None:
             returns = advantages + rollout.values.mean(-1)  # the value targets (GAE's lambda-returns)
-            self.popart.update_stats(torch.from_numpy(returns).reshape(-1))
+            self.popart.update_stats(torch.from_numpy(returns).reshape(-1).to(self.device))
             metrics.update(popart_mu=float(self.popart.mu[0]), popart_sigma=float(self.popart.sigma[0]))
         return metrics
 
@@ -324,20 +251,13 @@ class AdaptiveClipTrainer(ActorCriticTrainer):
             self.recurrent.memory = None
 
     def loss(self, mb: Minibatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """PPO's loss (:func:`~suite.algorithms.ppo.ppo_policy_value_loss`) with this update's adaptive clip range."""
         with self._critic_memory(mb):
             loss, metrics, _, _ = ppo_policy_value_loss(self, mb, self.clip)
         return loss, metrics
 
-    def supports_fused_loss(self) -> bool:
-        # PPO's loss with the adaptive clip; the LSTM and PopArt critics are not plain MLPs, so with them the
-        # policy has no kernel (suite.algorithms.fused.kernel_for) and the update uses autograd
-        return True
-
-    def update_draws_random(self) -> bool:
+    def loss_draws_random(self) -> bool:
         return False  # PPO's loss with another clip: nothing drawn
-
-    def fused_loss(self, mb: Minibatch, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray | None) -> FusedLoss:
-        return ppo_fused_loss(self.cfg, mb, logp, entropy, values, self.clip)
 
 
 @register(

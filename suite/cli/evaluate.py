@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from suite.cli.options import add_plugin
+from suite.cli.options import add_device, add_plugin
 
 
 def add_parser(sub: Any) -> None:
@@ -14,16 +14,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("model", help="path of a saved policy (.pt)")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="trial seed whose evaluation seeds are used")
+    add_device(p)
     add_plugin(p)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
+    import torch
 
     from suite.seeding import eval_seeds
-    from suite.trial import evaluate_policy, load_policy
+    from suite.trial import check_device, evaluate_policy, load_policy
 
+    device = torch.device(check_device(args.device))
     policy, payload = load_policy(args.model)
+    if device.type != "cpu":
+        policy.to_device(device)
     returns, lengths = evaluate_policy(
         lambda o: policy.predict(o, deterministic=True), payload["env_id"], payload["env_kwargs"],
         eval_seeds(args.seed, args.episodes),

@@ -56,6 +56,15 @@ def add_exec(p: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help=f"start a run of more than {1000:,} trials without asking")
 
 
+def add_device(p: argparse.ArgumentParser) -> None:
+    """``--device``: where the algorithms' networks run (``run``, ``reproduce``, ``evaluate``)."""
+    p.add_argument(
+        "--device", default="cpu",
+        help="torch device of the algorithms' networks: cpu (default) or cuda[:N]; accelerators run on the cpu only; "
+        "recorded, and part of the trial key when not cpu",
+    )  # fmt: skip
+
+
 def add_plugin(p: argparse.ArgumentParser) -> None:
     """``--plugin``: plugins to load before anything resolves an algorithm."""
     p.add_argument(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suite.cli.options import add_db, add_exec, add_plugin, exec_options, signal_name
+from suite.cli.options import add_db, add_device, add_exec, add_plugin, exec_options, signal_name
 
 
 def add_parser(sub: Any) -> None:
@@ -31,6 +31,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_device(p)
     add_exec(p)
     add_plugin(p)
     add_db(p)
@@ -64,10 +65,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if value is not None:
             words += [flag, str(value)]
     words += ["--no-run"] if args.no_run else []
-    _, summary = reproduce(
-        claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
-        run=not args.no_run, command=shlex.join(words),
-    )  # fmt: skip
+    from suite.trial import check_device, trial_device
+
+    with trial_device(check_device(args.device)):  # the claim set's trial specs run on it
+        _, summary = reproduce(
+            claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
+            run=not args.no_run, command=shlex.join(words),
+        )  # fmt: skip
     if summary is not None and summary.interrupted:
         print(
             f"suite: interrupted by {signal_name(summary.signum)}; {len(summary.finished)} finished trials were saved. "

@@ -16,20 +16,23 @@ first):
    sub-env steps where training stepped only the running episodes' sub-envs, as GRPO's groups do) and the network
    alone (as many inference forwards of the same batch, as many forward + backward + optimiser steps of the same
    minibatch size, on random inputs, through the same path training used: the hand-derived kernel of
-   :mod:`suite.algorithms.fused` where it applies, modules and autograd otherwise; with the network passes the
-   loss itself makes on that path, such as ``ppo-rlvr-prm``'s input-gradient penalty:
-   ``ActorCriticTrainer.network_extra``). Training steps/s as a fraction of the limit's steps/s says how much of
-   the loop is overhead. The network alone's **arithmetic** says how much of the limit is itself overhead: the
-   FLOPs of its matrix products and convolutions (torch's ``FlopCounterMode`` on one inference and one train step),
-   their rate over the network's time, and this machine's rate on a large matmul, measured in the same run;
+   :mod:`suite.accel.mlp` where the update runs an accelerator, modules and autograd otherwise; with the network
+   passes the loss itself makes on that path, such as ``ppo-rlvr-prm``'s input-gradient penalty: the trainer's
+   ``loss_network_passes`` names them, the accelerator's ``network_extra`` runs them). Training steps/s as a
+   fraction of the limit's steps/s says how much of the loop is overhead. The network alone's **arithmetic** says
+   how much of the limit is itself overhead: the FLOPs of its matrix products and convolutions (torch's
+   ``FlopCounterMode`` on one inference and one train step), their rate over the network's time, and this machine's
+   rate on a large matmul, measured in the same run;
 3. **plain**: as a trial runs it, without the lap clock and the limit, for the headline training time and steps/s
-   and the fraction of the limit (the lap clock's own reads cost ~4% of ``ppo``'s CartPole training);
+   and the fraction of the limit (the lap clock's own reads cost a few percent of ``ppo``'s CartPole training);
 4. **top functions**: under ``cProfile`` (which adds ~1 us per Python call, so it inflates Python-heavy parts;
    its times are for ranking, the timed run's are the figures).
 
-The clock costs one ``is not None`` test per part when absent (every normal trial) and one clock read
-(``process_time``, or ``perf_counter`` with ``clock="wall"``) per part when present: ~4% of ``ppo``'s CartPole
-training, which is why the headline figures come from the plain run. ``sb3-*`` algorithms get phases, the env
+The loops call a clock at every part of a step: in every normal trial the null clock
+(:class:`suite.algorithms.core.NullClock`, a method that does nothing; ``docs/accel.md`` measures what its calls
+cost), under this profiler a :class:`LapClock`, which reads the time (``process_time``, or ``perf_counter`` with
+``clock="wall"``) and updates a few dicts per part: a few percent of ``ppo``'s CartPole training, which is why the
+headline figures come from the plain run. ``sb3-*`` algorithms get phases, the env
 limit and the top functions (their networks are SB3's, outside the suite's core).
 """
 
@@ -362,11 +365,12 @@ class InterleavedLimit:
 def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int, int], now: Any) -> tuple[float, str]:
     """Seconds for ``inference = (calls, batch)`` forwards and ``training = (steps, batch)`` forward + backward +
     optimiser steps of the trainer's network on random inputs, by the path training used. Returns (s, path)."""
-    from suite.algorithms.fused import kernel_mode
+    from suite.accel.mlp import kernel_mode
 
     policy = trainer.policy
     kernel = getattr(trainer, "kernel", None) or getattr(getattr(trainer, "collector", None), "kernel", None)
-    fused_update = bool(getattr(trainer, "fused", False))
+    accelerator = getattr(trainer, "accelerator", None)
+    fused_update = accelerator is not None
     g = torch.Generator().manual_seed(0)
 
     envs = getattr(trainer, "envs", None) or trainer.collector.envs
@@ -382,10 +386,11 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
     x_inf = inputs(max(b_inf, 1))
     x_train = inputs(max(b_train, 1))
     actions = torch.zeros(max(b_train, 1), *policy.action_shape, dtype=torch.long if policy.discrete else torch.float32)
-    hook = getattr(trainer, "network_extra", None)
-    extra = hook() if hook is not None else None
-    run_extra = extra[1] if extra is not None and fused_update and kernel is not None else None
     by_hand = fused_update and kernel is not None
+    describe = getattr(trainer, "loss_network_passes", None)  # the loss's own passes beyond forward and backward
+    extra = describe() if describe is not None else None
+    make_run = getattr(accelerator, "network_extra", None) if by_hand else None
+    run_extra = make_run() if extra is not None and make_run is not None else None
     t = now()
     with kernel_mode() if kernel is not None else torch.no_grad():  # the grad modes training's paths run in
         for _ in range(n_inf):
@@ -400,7 +405,7 @@ def _time_network(trainer: Any, inference: tuple[int, int], training: tuple[int,
     if kernel is not None and not fused_update:
         path += " (kernel inference)"
     if extra is not None:
-        path += f" + {extra[0]}" if run_extra is not None else f"; without the loss's {extra[0]}"
+        path += f" + {extra}" if run_extra is not None else f"; without the loss's {extra}"
     return elapsed, path
 
 

@@ -1,30 +1,22 @@
-"""Hand-derived forward and backward passes of the suite's MLP policies, flat parameters, one fused Adam step.
+"""Hand-derived forward and backward passes of the suite's MLP policies (CPU).
 
-Why: the networks of classic-control PPO are tiny (two 64-unit MLPs), so a training step spends its time in
-per-call overhead of eager PyTorch (module ``__call__``, autograd graph nodes, ``torch.optim``'s per-parameter
-bookkeeping), not in arithmetic. Measured on the 2-core dev machine (``suite profile speed --algo ppo --env
-CartPole-v1``): one 256-sample Adam step of the autograd path took ~1.7 ms. This module does the same maths with
-a fixed, short sequence of ATen calls on tensors that share the module's storage:
+Why: the networks of classic-control RL are tiny (two 64-unit MLPs), so a training step spends its time in the
+per-call overhead of eager PyTorch (module ``__call__``, autograd graph nodes), not in arithmetic. The kernels here do
+the same maths with a fixed, short sequence of ATen calls on tensors that share the module's storage:
 
-* :class:`FlatParameters` packs a module's trainable parameters into one contiguous buffer (the parameters become
-  views of it) and their gradients into another, so clipping, statistics and the optimiser are one call each;
-* :class:`FlatAdam` is ``torch.optim.Adam`` (fused CPU kernel, ``torch._fused_adam_``) on the flat buffers
-  without ``torch.optim``'s per-step Python machinery (and without the ``torch._dynamo`` import that building a
-  ``torch.optim`` optimiser triggers: ~70 MB of resident memory and seconds of start-up per trial process);
-* :class:`MLPKernel` runs ``Linear -> act -> ... -> Linear`` stacks forward (keeping the activations) and
-  backward by hand, writing the weight gradients straight into the flat gradient buffer; it uses exactly the
-  kernels autograd would (``addmm``, ``mm``, ``sum``, ``tanh_backward``, ``threshold_backward``);
-* :class:`PolicyKernel` adds the action head's maths (categorical or diagonal Gaussian log-probabilities and
-  entropies, and their derivatives), so a loss only has to supply ``dL/dlog_prob``, ``dL/dentropy`` and
-  ``dL/dvalue`` per sample.
+* :class:`MLPKernel` runs ``Linear -> act -> ... -> Linear`` stacks forward (keeping the activations) and backward by
+  hand, writing the weight gradients straight into the flat gradient buffer (:mod:`suite.accel.flat`), with the
+  kernels autograd would use (``addmm``, ``mm``, ``sum``, ``tanh_backward``, ``threshold_backward``);
+* :class:`TwinMLPKernel` runs the policy and value MLPs of the same hidden shape as one batched network;
+* :class:`PolicyKernel` adds the action head's maths (categorical or diagonal Gaussian log-probabilities, entropies
+  and their derivatives), so a loss accelerator supplies only ``dL/dlog_prob``, ``dL/dentropy`` and ``dL/dvalue``
+  per sample; it is also the rollout's inference.
 
-The hand-derived paths run under :func:`kernel_mode` (``torch.inference_mode``): no autograd graph is built on
-them anyway, and inference mode also skips ATen's version-counter bumps and view tracking, which on these tiny
-tensors is ~7-9% of a trial's training time (the same kernels, so the same numbers bit for bit).
-
-Where it does not apply (image observations and the Nature CNN, whose cost is arithmetic; a Beta head; the
-LSTM or PopArt critic; losses that need a double backward, like ``ppo-rlvr-prm``'s input-gradient penalty) the
-trainers fall back to autograd on the same flat parameters and optimiser; :func:`kernel_for` says which.
+The hand-derived paths run under :func:`kernel_mode` (``torch.inference_mode``): no autograd graph is built on them,
+and inference mode also skips ATen's version-counter bumps and view tracking (the same kernels, so the same numbers).
+Where a policy is not covered (image observations and the Nature CNN, a Beta head, an LSTM or PopArt critic)
+:func:`kernel_for` returns None and the trainers run the specification by autograd. ``docs/accel.md`` has what each
+piece was measured to save.
 
 Shapes: ``B`` samples, ``P`` policy outputs (logits or means), ``H`` value heads, ``A`` action dimensions.
 """
@@ -32,15 +24,21 @@ Shapes: ``B`` samples, ``P`` policy outputs (logits or means), ``H`` value heads
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from suite.algorithms.networks import LOG_2PI, ActorCritic, CategoricalHead, GaussianHead
+from suite.accel.flat import FlatParameters
+
+if TYPE_CHECKING:  # the policy module's classes are imported where they are needed: no import of the algorithms here
+    from suite.algorithms.networks import ActorCritic
+
+LOG_2PI = math.log(2.0 * math.pi)
 
 T = TypeVar("T")
 
@@ -50,9 +48,9 @@ def kernel_mode(on: bool = True) -> torch.inference_mode:
     policy): ``torch.inference_mode(on)``.
 
     Why: these paths never build an autograd graph, and inference mode also drops ATen's per-call bookkeeping for
-    autograd (version-counter bumps on in-place ops, view tracking, the autograd dispatch keys): 0.913-0.931x the
-    training time of ``ppo``, ``ppo-adaptive-clip`` and ``ppo-rlvr-prm`` slices on CartPole-v1 and TextMatch-v0
-    (2026-12-05, AVX-512 EPYC), with identical parameters. Tensors made inside are inference tensors: autograd
+    autograd (version-counter bumps on in-place ops, view tracking, the autograd dispatch keys), which on these tiny
+    tensors is a measurable share of a step (``docs/accel.md``); the numbers are the same. Tensors made inside are
+    inference tensors: autograd
     refuses them and they cannot be written in place outside the mode, so a path that may later run outside it keeps
     its buffers as normal tensors (:func:`_normal_empty`) and an autograd update never runs inside it
     (``on=False``: a no-op)."""
@@ -83,9 +81,8 @@ def _normal_empty(shape: Any) -> torch.Tensor:
 
 def _kept_buffers(cache: dict[Any, T], key: Any, make: Callable[[], T]) -> T:
     """Output buffers kept in ``cache`` under ``key`` and the grad mode, made by ``make()`` the first time: under
-    :func:`kernel_mode` as inference tensors (written without version counters or view tracking: ~4 us less per
-    rollout inference of 8 rows than normal tensors, AVX-512 EPYC, 2026-12-05), outside it as normal tensors (an
-    inference tensor cannot be written there)."""
+    :func:`kernel_mode` as inference tensors (written without version counters or view tracking), outside it as
+    normal tensors (an inference tensor cannot be written there)."""
     mode = torch.is_inference_mode_enabled()
     bufs = cache.get((key, mode))
     if bufs is None:
@@ -97,48 +94,6 @@ _tanh_backward = torch.ops.aten.tanh_backward.default
 _threshold_backward = torch.ops.aten.threshold_backward.default
 _tanh_backward_out = torch.ops.aten.tanh_backward.grad_input
 _threshold_backward_out = torch.ops.aten.threshold_backward.grad_input
-
-
-# -- parameters and optimiser -----------------------------------------------------------------------------
-class FlatParameters:
-    """The trainable parameters of a module in one contiguous float32 buffer, their gradients in another.
-
-    After construction every parameter is a view of :attr:`data` and its ``.grad`` a view of :attr:`grad`, so
-    the module, its ``state_dict`` and autograd keep working unchanged (autograd accumulates into an existing
-    ``.grad`` in place when it is not building a graph). Never set a parameter's ``.grad`` to None.
-    """
-
-    def __init__(self, params: list[nn.Parameter]):
-        self.params = [p for p in params if p.requires_grad]
-        if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in self.params):
-            raise ValueError("FlatParameters holds float32 CPU parameters only")
-        total = sum(p.numel() for p in self.params)
-        self.data = torch.empty(total)
-        """``(n_params,)`` every trainable parameter, in ``params`` order."""
-        self.grad = torch.zeros(total)
-        """``(n_params,)`` their gradients."""
-        self._offsets: dict[int, int] = {}
-        offset = 0
-        for p in self.params:
-            k = p.numel()
-            self.data[offset : offset + k].copy_(p.detach().reshape(-1))
-            p.data = self.data[offset : offset + k].view_as(p)
-            p.grad = self.grad[offset : offset + k].view_as(p)
-            self._offsets[id(p)] = offset
-            offset += k
-
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-
-    def stacked(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(data, grad)`` views of shape ``(2, *a.shape)`` over two same-shaped parameters packed one after the
-        other (see :func:`parameter_order`), or None when they are not."""
-        if a.shape != b.shape or id(a) not in self._offsets or id(b) not in self._offsets:
-            return None
-        o, k = self._offsets[id(a)], a.numel()
-        if self._offsets[id(b)] != o + k:
-            return None
-        return self.data[o : o + 2 * k].view(2, *a.shape), self.grad[o : o + 2 * k].view(2, *a.shape)
 
 
 def _linears(seq: nn.Module) -> list[nn.Linear]:
@@ -169,27 +124,6 @@ def parameter_order(policy: ActorCritic) -> list[nn.Parameter]:
     return paired + [p for p in params if id(p) not in seen]
 
 
-class FlatAdam:
-    """Adam (Kingma & Ba 2015) on a :class:`FlatParameters`, exactly ``torch.optim.Adam(fused=True)``'s kernel."""
-
-    def __init__(self, flat: FlatParameters, eps: float, betas: tuple[float, float] = (0.9, 0.999)):
-        self.flat = flat
-        self.eps = eps
-        self.beta1, self.beta2 = betas
-        self.exp_avg = torch.zeros_like(flat.data)
-        self.exp_avg_sq = torch.zeros_like(flat.data)
-        self.step_count = torch.zeros(())  # float32, as torch.optim keeps it
-
-    def step(self, lr: float) -> None:
-        if not lr >= 0.0:  # torch.optim.Adam's own check (its message), which the fused kernel does not make
-            raise ValueError(f"Invalid learning rate: {lr}")
-        self.step_count.add_(1.0)
-        torch._fused_adam_(
-            [self.flat.data], [self.flat.grad], [self.exp_avg], [self.exp_avg_sq], [], [self.step_count],
-            lr=lr, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False,
-        )  # fmt: skip
-
-
 # -- MLPs -------------------------------------------------------------------------------------------------
 class MLPKernel:
     """Forward and backward of ``nn.Sequential(Linear, act, ..., Linear)`` by hand (no autograd graph).
@@ -198,9 +132,9 @@ class MLPKernel:
     :meth:`backward` writes ``dL/dW``, ``dL/db`` into the parameters' ``.grad`` (views of a flat buffer).
 
     Above :data:`SMALL_BATCH` rows ``tanh`` is computed as ``2 sigmoid(2 z) - 1``, the doubling folded into the
-    layer's ``addmm`` (exact: a power of two): within 2e-7 of ``torch.tanh``, and 3x faster on the dev machine's
-    CPU, where ``torch.tanh`` of a 256 x 64 batch costs more than the matrix product before it. Its derivative is
-    ``1 - h^2`` either way.
+    layer's ``addmm`` (exact: a power of two): within 2e-7 of ``torch.tanh``, and faster on the CPUs measured, where
+    ``torch.tanh`` of a minibatch costs more than the matrix product before it. Its derivative is ``1 - h^2`` either
+    way.
     """
 
     def __init__(self, seq: nn.Sequential, activation: str):
@@ -277,7 +211,7 @@ class MLPKernel:
             h = self._inputs[i]
             gw, gb = weight.grad, bias.grad
             assert gw is not None and gb is not None
-            # dW = dz^T h, (out, in); BLAS is ~5x faster computing a narrow first layer as (h^T dz)^T
+            # dW = dz^T h, (out, in); BLAS is several times faster computing a narrow first layer as (h^T dz)^T
             if h.shape[1] < dz.shape[1]:
                 dw = torch.mm(h.t(), dz).t()
                 gw.add_(dw) if accumulate else gw.copy_(dw)
@@ -302,8 +236,8 @@ class MLPKernel:
 
 SMALL_BATCH = 64
 """Up to this many rows a hidden tanh layer uses ``torch.tanh`` (one call: per-call overhead dominates); above it the
-``2 sigmoid(2 z) - 1`` form (two calls, but ``torch.tanh`` costs more than the matmul at 256 x 64 on the dev
-machine's CPU). The two agree within 2e-7."""
+``2 sigmoid(2 z) - 1`` form (two calls, but ``torch.tanh`` of a minibatch costs more than its matmul). The two agree
+within 2e-7."""
 
 
 _MINUS_ONE = torch.tensor(-1.0)
@@ -321,8 +255,7 @@ def _hidden_act(z: torch.Tensor, tanh: bool, doubled: bool) -> torch.Tensor:
 class TwinMLPKernel:
     """The policy and value MLPs of a :func:`twin_compatible` policy run as one: each hidden layer is a single
     batched matmul over the two networks (``baddbmm`` on ``(2, B, width)``), the output layers stay separate.
-    Half the calls of two :class:`MLPKernel` (2.2x faster inference at 8 envs, ~25% faster at a 256 minibatch on
-    the dev machine), the same arithmetic per network.
+    Half the calls of two :class:`MLPKernel`, the same arithmetic per network.
     """
 
     def __init__(self, policy: ActorCritic, flat: FlatParameters):
@@ -420,7 +353,7 @@ class TwinMLPKernel:
             if extra_dz is not None:
                 dz[0].add_(extra_dz[i])
             h_in = acts[i]
-            if h_in.shape[2] < dz.shape[2]:  # narrow input layer: (h^T dz)^T is ~5x faster in BLAS
+            if h_in.shape[2] < dz.shape[2]:  # narrow input layer: (h^T dz)^T is several times faster in BLAS
                 dw = torch.bmm(h_in.transpose(1, 2), dz).transpose(1, 2)
                 gw.add_(dw) if accumulate else gw.copy_(dw)
             elif accumulate:
@@ -441,77 +374,6 @@ class TwinMLPKernel:
         if bufs is None:
             bufs = self._grad_bufs[shape] = (_normal_empty(shape), _normal_empty(shape))
         return bufs[parity]
-
-
-# -- numpy reductions ---------------------------------------------------------------------------------------
-_add_reduce = np.add.reduce
-
-try:
-    from numpy._core.umath import clip as fast_clip  # type: ignore[attr-defined]  # np.clip's ufunc, no wrappers
-except ImportError:  # pragma: no cover - numpy < 2 or a moved module: the public function, the same values
-    fast_clip = np.clip
-
-
-def fast_mean(a: np.ndarray) -> Any:
-    """``a.mean()`` over every element, bitwise: numpy's own steps (the same pairwise ``add.reduce``, the sum divided
-    in float64 and cast back to ``a``'s float dtype; booleans and integers summed in float64) without ``np.mean``'s
-    Python wrapper, which costs ~9 us on the dev machine against ~2 us for these calls (a minibatch takes ~7)."""
-    if a.dtype.kind in "biu":
-        return np.float64(float(_add_reduce(a, axis=None, dtype=np.float64)) / a.size)
-    s = _add_reduce(a, axis=None)
-    return s.dtype.type(float(s) / a.size)
-
-
-def fast_std(a: np.ndarray, ddof: int = 0) -> Any:
-    """``a.std(ddof=ddof)`` of a float array over every element, bitwise (numpy's ``_var`` step by step: mean as in
-    :func:`fast_mean`, squared deviations, their sum divided in float64 by ``n - ddof``, square root in ``a``'s
-    dtype); ~32 us -> ~8 us."""
-    if a.dtype.kind != "f":
-        raise TypeError("fast_std takes a float array")
-    x = a - fast_mean(a)
-    return _std_from_squares(np.multiply(x, x, out=x), a.size - ddof)
-
-
-def fast_var(a: np.ndarray, ddof: int = 0) -> Any:
-    """``a.var(ddof=ddof)`` of a float array over every element, bitwise (:func:`fast_std` without the square root;
-    more elements than ``ddof``); ~16 us -> ~5 us a call on a rollout's 256 values."""
-    if a.dtype.kind != "f":
-        raise TypeError("fast_var takes a float array")
-    x = a - fast_mean(a)
-    return _var_from_squares(np.multiply(x, x, out=x), a.size - ddof)
-
-
-def _var_from_squares(squares: np.ndarray, dof: int) -> Any:
-    """The last steps of :func:`fast_var`, from the squared deviations ``(a - mean(a))^2``: their sum divided in
-    float64 by ``dof``, in ``a``'s dtype."""
-    s = _add_reduce(squares, axis=None)
-    return s.dtype.type(float(s) / max(dof, 0))
-
-
-def _std_from_squares(squares: np.ndarray, dof: int) -> Any:
-    """The last steps of :func:`fast_std`, from the squared deviations ``(a - mean(a))^2``."""
-    v = _var_from_squares(squares, dof)
-    return v.dtype.type(np.sqrt(v))
-
-
-def fast_normalize(a: np.ndarray, eps: float) -> np.ndarray:
-    """``(a - a.mean()) / (a.std(ddof=1) + eps)`` bitwise (:func:`fast_mean`, :func:`fast_std`), with the mean and
-    the deviations computed once instead of twice."""
-    x = a - fast_mean(a)
-    return x / (_std_from_squares(x * x, a.size - 1) + eps)
-
-
-def fast_normalize_rows(a: np.ndarray, eps: float) -> np.ndarray:
-    """:func:`fast_normalize` of every row of a float array ``(m, b)``, ``b > 1``, bitwise, in one set of calls for
-    all rows: numpy sums each row of a contiguous array along its last axis as it sums the row alone (the same
-    pairwise loop), and the divisions in float64 cast back to ``a``'s dtype are :func:`fast_mean`'s. An update's 20
-    minibatches of 256 advantages: ~114 -> ~18 us (AVX-512 EPYC, 2026-12-05)."""
-    a = np.ascontiguousarray(a)
-    b = a.shape[1]
-    mean = (_add_reduce(a, axis=1).astype(np.float64) / b).astype(a.dtype)
-    x = a - mean[:, None]
-    std = np.sqrt((_add_reduce(x * x, axis=1).astype(np.float64) / (b - 1)).astype(a.dtype))
-    return x / (std + eps)[:, None]
 
 
 # -- heads ------------------------------------------------------------------------------------------------
@@ -550,6 +412,8 @@ class PolicyKernel:
     """
 
     def __init__(self, policy: ActorCritic, flat: FlatParameters | None = None):
+        from suite.algorithms.networks import CategoricalHead, GaussianHead
+
         self.policy = policy
         act = policy.cfg.activation
         self.twin = TwinMLPKernel(policy, flat) if flat is not None and twin_compatible(policy) else None
@@ -583,11 +447,7 @@ class PolicyKernel:
         them (sampling, storing into their buffers) before their next step.
 
         Why: the same calls and values as :meth:`_forward`, without a new tensor per layer (with :meth:`sample`'s
-        buffers, ~7 allocations fewer of a rollout inference's ~12 small calls). The rollout phase of a 100k-step
-        CartPole-v1 trial, medians of three (AVX-512 EPYC, 2026-12-05, scratch ``trialab.py``): ``ppo`` 1.424 ->
-        1.319 s, ``grpo`` 1.265 -> 1.197 s, ``grpo-pairwise`` 1.832 -> 1.684 s; ``ppo`` on TextMatch-v0 (30k steps, two
-        seeds) 0.818 -> 0.762 s. The 29 hashed trials of the speed log (parameters, metrics, evaluations) are
-        identical.
+        buffers, most of a rollout inference's allocations are gone); ``docs/accel.md`` has the rollout time saved.
         """
         if self.twin is not None:
             return self.twin.infer(x)
@@ -713,203 +573,15 @@ class PolicyKernel:
         return list(self.pi._inputs), out
 
 
-_NARROW = 16
-"""Below this many output columns MKL's sgemm is slow on an ``(m, k) x (k, n)`` product of a few hundred rows, by how
-much depending on the CPU: 512 x 64 x 4 took 37 us against 10 us for its transpose on an AVX-512 EPYC, while on an
-AVX-512 Xeon (AMX) the transpose is the slow one (43 vs 8 us). At ``n >= 16`` the plain form is fast on both."""
-
-
-def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b``; a narrow output (:data:`_NARROW`) computed as the transpose of ``b^T a^T`` (a transposed view): used
-    where the product's inner dimension is the batch (``A^T dA``), fast in this form on both CPUs measured."""
-    return torch.mm(b.t(), a.t()).t() if b.shape[1] < _NARROW else torch.mm(a, b)
-
-
-def _add_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``out += a @ b`` (see :func:`_mm`)."""
-    out.add_(_mm(a, b)) if b.shape[1] < _NARROW else out.addmm_(a, b)
-
-
-def _mm_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` for many rows of ``a``; a narrow ``b`` (:data:`_NARROW`) zero-padded to :data:`_NARROW` columns and
-    the product's first columns returned (a view). Measured on the Xeon only (512 x 64 x 4: 8 us padded, 8 plain, 43
-    transposed); on the EPYC the plain narrow form was the slow one and the padded form was not timed there: it
-    rests on that machine's plain products being fast from 16 columns up (:data:`_NARROW`)."""
-    n = b.shape[1]
-    if n >= _NARROW:
-        return torch.mm(a, b)
-    return torch.mm(a, torch.nn.functional.pad(b, (0, _NARROW - n)))[:, :n]
-
-
-_ONE = torch.tensor(1.0)
-
-
-class JacobianPenaltyGrad:
-    """The gradient of :func:`jacobian_penalty`'s ``coef * sum_b ||J_b||_F^2``, as its forward left it.
-
-    Two parts: the *direct* part, through the weights inside ``J = W_L D_{L-1} ... D_0 W_0`` (the ``dW_l`` of the
-    Jacobian's chain and ``W_L``'s), and, for tanh, the part through the activation derivatives ``d_l = 1 - h_l^2``,
-    which depend on the layers' pre-activations ``z_l``: an extra ``dL/dz_l = -2 h_l d_l * (d d_l)`` at each hidden
-    layer that reaches the weights and biases by ordinary backprop through the network's forward graph.
-
-    :meth:`before_backward` adds the direct part and returns the extra ``dL/dz_l`` for the network's own backward to
-    add to its ``dL/dz_l`` (the hand-derived update: one backprop carries both, ``ppo-rlvr-prm`` >= 1.5.0);
-    :meth:`add` makes the whole gradient on its own (the backprop by itself; what 1.4.0's update ran)."""
-
-    def __init__(self, parts: Callable[[], list[torch.Tensor] | None], acts: list[torch.Tensor], d: list[torch.Tensor],
-                 layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]) -> None:  # fmt: skip
-        self._parts, self._acts, self._d, self._layers = parts, acts, d, layers
-
-    def before_backward(self) -> list[torch.Tensor] | None:
-        """Add the direct part to the layers' gradients; return the extra ``dL/dz_l`` ``(B, H_l)`` of every hidden layer
-        (None for ReLU: its derivative does not depend on ``z`` almost everywhere), for the network's backward, which
-        must then *accumulate* into the gradients."""
-        return self._parts()
-
-    def add(self) -> None:
-        """Add the whole gradient to the layers' gradients, the activation derivatives' part backpropagated here."""
-        dz = self._parts()
-        if dz is None:
-            return
-        acts, d, layers = self._acts, self._d, self._layers
-        g_h = None
-        for i in range(len(dz) - 1, -1, -1):
-            g_z = dz[i] if g_h is None else torch.addcmul(dz[i], g_h, d[i])
-            _add_mm(layers[i][1], g_z.t(), acts[i])
-            bias_grad = layers[i][2]
-            assert bias_grad is not None
-            bias_grad.add_(g_z.sum(0))
-            if i:
-                g_h = torch.mm(g_z, layers[i][0])
-
-
-def jacobian_penalty(
-    acts: list[torch.Tensor],
-    layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
-    tanh: bool,
-    coef: float,
-    probes: torch.Tensor | None = None,
-) -> tuple[np.ndarray, JacobianPenaltyGrad]:
-    """``||d out / d x||_F^2`` per sample of an MLP ``x -> (Linear, act)* -> Linear`` and, by hand, the gradient of
-    ``coef * sum_b ||J_b||_F^2`` w.r.t. its weights and biases (what autograd's double backward gives, up to float
-    rounding; tested).
-
-    Reverse mode, as autograd would (``P`` outputs are fewer than the inputs here): with ``d_l = act'(z_l)``
-    (``1 - h_l^2`` for tanh, ``[z_l > 0]`` for ReLU), ``A'_{L-1} = W_L D_{L-1}``, ``A_l = A'_l W_l`` and
-    ``A'_{l-1} = A_l D_{l-1}``, the Jacobian is ``J = A_1`` (per sample, ``(P, F)``; all samples in one matrix
-    product per layer). Backward from ``dJ = 2 coef J``: ``dW_l = sum_b A'_l^T dA_l``, ``dA'_l = dA_l W_l^T``, then
-    ``dA_{l+1} = dA'_l D_l`` and ``d d_l = sum_p dA'_l * A_{l+1}`` (``W_L`` itself for the top layer), which reaches
-    ``z_l`` through ``d d_l / dz_l = -2 h_l d_l`` (tanh; 0 for ReLU) and from there the weights and biases by
-    ordinary backprop (:class:`JacobianPenaltyGrad`: by the network's own backward in the update since
-    ``ppo-rlvr-prm`` 1.5.0, which saves that backprop's products).
-
-    The rows of every sample's ``A`` are laid out row-major, ``(R, B, width)`` (since ``ppo-rlvr-prm`` 1.4.0;
-    ``(B, R, width)`` before): a sample's activation derivatives then broadcast over the outer dimension and the sums
-    over rows run over it, both ~2x faster in ATen than over a middle dimension. A product with fewer than 16 output
-    columns runs zero-padded to 16 where the batch is its outer dimension (:func:`_mm_padded`, since 1.5.0; transposed
-    in 1.4.0) and transposed where the batch is its inner one (:func:`_mm`).
-
-    With ``probes`` ``(K, B, P)`` (Hutchinson's estimate, as :func:`suite.algorithms.ppo_rlvr_prm.
-    input_gradient_penalty` with ``probes = K``: ``mean_k ||v_k^T J_b||^2``, unbiased for ``||J_b||_F^2``) the same
-    passes run on the ``K`` rows ``v_k^T J_b`` per sample instead of the ``P`` rows of ``J_b``: the top factor is
-    ``v_k^T W_L`` (one per sample) and ``W_L``'s gradient ``sum_{b,k} v_{b,k} dA_{L,b,k}``.
-
-    Args:
-        acts, layers: from :meth:`PolicyKernel.policy_network`.
-        coef: the loss's factor on the *sum* over samples.
-        probes: None (exact) or the probe vectors ``(K, B, P)``, drawn by the caller.
-
-    Returns:
-        ``(||J_b||_F^2 (or its estimate) per sample (B,), its gradient)`` (:class:`JacobianPenaltyGrad`).
-    """
-    hidden = acts[1:]
-    weights = [w for w, _, _ in layers]
-    L = len(weights)
-    B = acts[0].shape[0]
-    if L == 1:
-        return _linear_jacobian_penalty(acts, layers, coef, probes)
-    # tanh: 1 - h^2 in one call (h * h rounded, then subtracted from 1: as rsub(h * h, 1))
-    d = [torch.addcmul(_ONE, h, h, value=-1.0) if tanh else (h > 0).to(h.dtype) for h in hidden]  # (B, H_l)
-    if probes is None:
-        K, v = 1, None
-        above = weights[-1].unsqueeze(1)  # A_L = W_L for every sample, (P, 1, H_{L-1})
-    else:
-        K, v = probes.shape[0], probes
-        above = torch.matmul(probes, weights[-1])  # A_L = v^T W_L per sample, (K, B, H_{L-1})
-    R = above.shape[0]  # rows per sample: P (exact) or K (probes)
-    # a_primes[l] = A'_l (R, B, H_l) for the hidden layers l = 0..L-2; a_above[l] = A_{l+1} feeding it
-    a_above: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
-    a_primes: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
-    jac = above
-    for i in range(L - 2, -1, -1):
-        a_above[i] = above
-        a_primes[i] = above * d[i]
-        jac = _mm_padded(a_primes[i].view(R * B, -1), weights[i])  # (R * B, H_{i-1} or F)
-        above = jac.view(R, B, -1) if i else jac
-    per_sample = jac.view(R, B, -1).square().sum((0, 2))  # (B,)
-    if K > 1:
-        per_sample = per_sample / K
-
-    def parts() -> list[torch.Tensor] | None:
-        g = jac * (2.0 * coef / K)  # dA_1, (R * B, F)
-        g_d: list[torch.Tensor] = [torch.empty(0)] * (L - 1)
-        for i in range(L - 1):
-            ap = a_primes[i].view(R * B, -1)
-            _add_mm(layers[i][1], ap.t(), g)  # dW_i = A'_i^T dA_i, (H_i, H_{i-1} or F)
-            g_ap = torch.mm(g, weights[i].t()).view(R, B, -1)  # dA'_i
-            if tanh:
-                g_d[i] = (g_ap * a_above[i]).sum(0) if R > 1 else g_ap[0] * a_above[i][0]  # (B, H_i)
-            g_above = g_ap * d[i]  # dA_{i+1}
-            if i < L - 2:
-                g = g_above.view(R * B, -1)
-            elif v is None:
-                layers[L - 1][1].add_(g_above.sum(1))  # A_L = W_L for every sample
-            else:  # A_L = v^T W_L
-                layers[L - 1][1].addmm_(v.view(K * B, -1).t(), g_above.view(K * B, -1))
-        if not tanh:
-            return None
-        # d d_i / dz_i = -2 h_i d_i: the extra dL/dz_i of each hidden layer
-        return [g_d[i].mul_(hidden[i]).mul_(d[i]).mul_(-2.0) for i in range(L - 1)]
-
-    return per_sample.numpy(), JacobianPenaltyGrad(parts, acts, d, layers)
-
-
-def _linear_jacobian_penalty(
-    acts: list[torch.Tensor],
-    layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
-    coef: float,
-    probes: torch.Tensor | None,
-) -> tuple[np.ndarray, JacobianPenaltyGrad]:
-    """:func:`jacobian_penalty` of a policy with no hidden layer, ``out = W x + b``: its Jacobian is ``W`` for every
-    sample. Exact: ``||W||_F^2`` per sample, gradient ``2 coef B W``. With probes ``(K, B, P)``: ``mean_k ||v_k^T
-    W||^2`` per sample, gradient ``(2 coef / K) V^T (V W)`` over the ``K B`` probe rows ``V``. (Before
-    ``ppo-rlvr-prm`` 1.5.0 the general passes ran here: the exact penalty failed on the shapes, and with probes
-    the value summed over the batch instead of the Jacobian's columns and the gradient was left out.)"""
-    w, w_grad, _ = layers[0]
-    B = acts[0].shape[0]
-    # the direct part alone: with no activation derivative there is nothing for the backprop (parts return None)
-    if probes is None:
-        per_sample = torch.full((B,), float(w.square().sum()))
-
-        def parts() -> None:
-            w_grad.add_(w, alpha=2.0 * coef * B)
-
-    else:
-        K = probes.shape[0]
-        v = probes.reshape(K * B, -1)
-        rows = torch.mm(v, w)  # v_k^T W per sample, (K * B, F)
-        per_sample = rows.square().sum(1).view(K, B).sum(0) / K
-
-        def parts() -> None:
-            w_grad.addmm_(v.t(), rows, alpha=2.0 * coef / K)
-
-    return per_sample.numpy(), JacobianPenaltyGrad(parts, acts, [], layers)
-
-
 def kernel_for(policy: ActorCritic, flat: FlatParameters | None = None) -> PolicyKernel | None:
-    """A :class:`PolicyKernel` for ``policy`` when the hand-derived path covers it, else None (use autograd):
-    vector observations, plain MLP policy and value networks (``nn.Sequential``), categorical or Gaussian head.
+    """A :class:`PolicyKernel` for ``policy`` when the hand-derived path covers it, else None (use autograd): a policy
+    on the CPU, vector observations, plain MLP policy and value networks (``nn.Sequential``), categorical or Gaussian
+    head.
     With the policy's :class:`FlatParameters` packed in :func:`parameter_order`, twin MLPs run as one."""
+    from suite.algorithms.networks import CategoricalHead, GaussianHead
+
+    if policy.log_std.device.type != "cpu":  # the kernels are CPU code (numpy views of the parameters)
+        return None
     if policy.image or not isinstance(policy.head, CategoricalHead | GaussianHead):
         return None
     if not isinstance(policy.pi, nn.Sequential) or not (policy.vf is None or isinstance(policy.vf, nn.Sequential)):

@@ -1,4 +1,5 @@
-"""The hand-derived passes (suite.algorithms.fused) against autograd: same gradients, same Adam step."""
+"""The hand-derived passes of :mod:`suite.accel` piece by piece against autograd: kernels, penalties, the flat Adam and
+the numpy reductions (the parity harness, ``tests/test_accel_parity.py``, checks whole accelerated losses)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from suite.algorithms.actor_critic import ActorCriticConfig, ppo_fused_loss, ppo_policy_value_loss
+from suite.accel.derivatives import ppo_loss_derivatives
+from suite.accel.flat import FlatAdam, FlatParameters
+from suite.accel.mlp import MLPKernel, kernel_for, parameter_order, twin_compatible
 from suite.algorithms.core import Minibatch, net_config
-from suite.algorithms.fused import FlatAdam, FlatParameters, MLPKernel, kernel_for, parameter_order, twin_compatible
 from suite.algorithms.networks import ActorCritic
+from suite.algorithms.ppo import PPOConfig, ppo_policy_value_loss
 
 CARTPOLE = (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
 HOPPER = (gym.spaces.Box(-1, 1, (11,), np.float32), gym.spaces.Box(-1, 1, (3,), np.float32))
 
 
 def _policy(spaces, n_value_heads=1, **cfg_overrides):
-    cfg = ActorCriticConfig(**cfg_overrides)
+    cfg = PPOConfig(**cfg_overrides)
     torch.manual_seed(0)
     return cfg, ActorCritic(*spaces, net_config(cfg, n_value_heads=n_value_heads))
 
@@ -54,7 +57,7 @@ def _grads_fused(cfg, policy, flat, mb, clip):
     assert kernel is not None
     flat.zero_grad()
     logp, ent, values, state = kernel.evaluate(mb.obs, mb.actions)
-    fl = ppo_fused_loss(cfg, mb, logp, ent, values, clip)
+    fl = ppo_loss_derivatives(cfg, mb, logp, ent, values, clip)
     kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues)
     return float(fl.loss), {k: float(v) for k, v in fl.metrics.items()}, flat.grad.clone()
 
@@ -95,7 +98,7 @@ def test_micro_batches_accumulate_the_minibatch_gradient():
         sub = Minibatch(mb.obs[part], mb.actions[part], mb.old_log_probs[part], mb.old_values[part],
                         mb.advantages[part], mb.returns[part], weight=len(part) / 256)  # fmt: skip
         logp, ent, values, state = kernel.evaluate(sub.obs, sub.actions)
-        fl = ppo_fused_loss(cfg, sub, logp, ent, values, 0.2)
+        fl = ppo_loss_derivatives(cfg, sub, logp, ent, values, 0.2)
         kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=j > 0)
     torch.testing.assert_close(flat.grad, whole, rtol=1e-5, atol=1e-7)
 
@@ -126,7 +129,7 @@ def test_rollout_inference_writes_into_kept_buffers_with_the_forwards_values(ove
     values of the forward (``_forward``) bit for bit, at small and large batches (the doubled tanh form above
     SMALL_BATCH), inside and outside inference mode, and after in-place parameter updates; a second call with as
     many rows writes over the first one's results (the documented contract), one with another batch size does not."""
-    from suite.algorithms.fused import SMALL_BATCH, kernel_mode
+    from suite.accel.mlp import SMALL_BATCH, kernel_mode
 
     _, policy = _policy(CARTPOLE, **overrides)
     flat = FlatParameters(parameter_order(policy))
@@ -220,7 +223,7 @@ def test_fast_mean_std_and_var_are_numpys_bitwise():
     """The hot path's reductions (advantage normalisation, the fused loss's means, an update's explained variance)
     equal ``np.mean``/``np.std``/``np.var`` bit for bit: dtype and value, contiguous or strided, float32/float64, any
     size, and booleans."""
-    from suite.algorithms.fused import fast_mean, fast_std, fast_var
+    from suite.accel.reductions import fast_mean, fast_std, fast_var
 
     rng = np.random.default_rng(0)
     for trial in range(3000):
@@ -249,7 +252,7 @@ def test_fast_normalize_and_fast_clip_are_the_numpy_formulas_bitwise():
     """The minibatch's advantage normalisation with its mean and deviations computed once equals the formula it
     replaced, ``(a - mean) / (std(ddof=1) + 1e-8)`` (``fast_mean``/``fast_std``, themselves numpy's), and
     ``fast_clip`` equals ``np.clip``: bit for bit, contiguous or a strided column."""
-    from suite.algorithms.fused import fast_clip, fast_mean, fast_normalize, fast_std
+    from suite.accel.reductions import fast_clip, fast_mean, fast_normalize, fast_std
 
     rng = np.random.default_rng(1)
     for trial in range(2000):
@@ -275,8 +278,8 @@ def test_normalising_many_minibatches_at_once_is_each_one_alone_bitwise():
     alone, with epochs that end in a shorter minibatch and with minibatches of one sample."""
     import types
 
+    from suite.accel.reductions import fast_normalize, fast_normalize_rows
     from suite.algorithms.actor_critic import ActorCriticTrainer
-    from suite.algorithms.fused import fast_normalize, fast_normalize_rows
 
     rng = np.random.default_rng(2)
     for trial in range(600):
@@ -306,7 +309,7 @@ def test_normalising_many_minibatches_at_once_is_each_one_alone_bitwise():
 def test_the_sigmoid_form_in_one_call_equals_mul_then_sub():
     """``_hidden_act``'s ``2 s - 1`` as one ``add(-1, s, alpha=2)`` equals ``s.mul_(2).sub_(1)`` bit for bit (2 s is
     exact, so both round once), on every sigmoid value range including subnormal-small ones."""
-    from suite.algorithms.fused import _hidden_act
+    from suite.accel.mlp import _hidden_act
 
     g = torch.Generator().manual_seed(0)
     for shape in ((2, 256, 64), (300, 64), (2, 65, 7)):
@@ -356,7 +359,7 @@ def test_twin_kernel_with_hidden_layers_of_different_widths_equals_autograd_step
             _, _, g_a = _grads_autograd(cfg, policy, flat, mb, clip=0.2)
             flat.zero_grad()
             logp, ent, values, state = kernel.evaluate(mb.obs, mb.actions)
-            fl = ppo_fused_loss(cfg, mb, logp, ent, values, 0.2)
+            fl = ppo_loss_derivatives(cfg, mb, logp, ent, values, 0.2)
             kernel.backward(state, fl.dlogp, fl.dentropy, fl.dvalues)
             torch.testing.assert_close(flat.grad, g_a, rtol=1e-4, atol=1e-6)
 
@@ -369,7 +372,7 @@ def test_twin_kernel_with_hidden_layers_of_different_widths_equals_autograd_step
         (CARTPOLE, {}),
         (CARTPOLE, {"activation": "relu"}),
         (CARTPOLE, {"pi_arch": (32, 16), "vf_arch": (64, 64)}),  # separate kernels, three hidden widths
-        (CARTPOLE, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than fused._NARROW
+        (CARTPOLE, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than jacobian._NARROW
         (HOPPER, {}),
         (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),  # one hidden layer
         (CARTPOLE, {"pi_arch": (), "vf_arch": (64, 64)}),  # none: a linear policy, the same Jacobian for every sample
@@ -377,7 +380,7 @@ def test_twin_kernel_with_hidden_layers_of_different_widths_equals_autograd_step
     ],
 )
 def test_jacobian_penalty_equals_autograds_double_backward(spaces, overrides, B):
-    from suite.algorithms.fused import jacobian_penalty
+    from suite.accel.jacobian import jacobian_penalty
     from suite.algorithms.ppo_rlvr_prm import input_gradient_penalty
 
     cfg, policy = _policy(spaces, **overrides)
@@ -408,14 +411,14 @@ TEXT = (gym.spaces.Box(0, 1, (40,), np.float32), gym.spaces.Discrete(26))  # mor
         (TEXT, {}),
         (CARTPOLE, {"activation": "relu"}),
         (HOPPER, {"pi_arch": (64,), "vf_arch": (64,)}),
-        (HOPPER, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than fused._NARROW
+        (HOPPER, {"pi_arch": (8, 12), "vf_arch": (8, 12)}),  # hidden layers narrower than jacobian._NARROW
         (TEXT, {"pi_arch": (), "vf_arch": ()}),  # a linear policy
     ],
 )
 def test_jacobian_penalty_with_probes_equals_autograds_hutchinson(spaces, overrides, K):
     """Hutchinson's estimate by hand (``probes``) equals ``input_gradient_penalty(..., probes=K)`` with the same draws:
     its value per sample and its gradient."""
-    from suite.algorithms.fused import jacobian_penalty
+    from suite.accel.jacobian import jacobian_penalty
     from suite.algorithms.ppo_rlvr_prm import input_gradient_penalty
 
     cfg, policy = _policy(spaces, **overrides)
@@ -456,7 +459,7 @@ def test_penalty_carried_by_the_kernels_backward_equals_its_own_backprop(spaces,
     its own and accumulating) gives the gradient of the standalone path (the kernel's backward, then ``add``: the
     activation derivatives' part backpropagated on its own), up to float rounding; with the penalty's gradient a
     large share of the total."""
-    from suite.algorithms.fused import jacobian_penalty
+    from suite.accel.jacobian import jacobian_penalty
 
     cfg, policy = _policy(spaces, **overrides)
     flat = FlatParameters(parameter_order(policy))
@@ -497,6 +500,7 @@ def test_penalty_carried_by_the_kernels_backward_equals_its_own_backprop(spaces,
     ],
 )
 def test_fused_rlvr_prm_loss_and_gradient_equal_autograd(spaces, overrides):
+    from suite.accel.ppo_rlvr_prm import RlvrPrmHandDerived
     from suite.algorithms.ppo_rlvr_prm import RlvrPrmConfig, RlvrPrmTrainer
 
     cfg = RlvrPrmConfig(hand_derived=True, smooth_coef=0.05, **overrides)
@@ -512,6 +516,7 @@ def test_fused_rlvr_prm_loss_and_gradient_equal_autograd(spaces, overrides):
     mb.returns = torch.randn(256)
     trainer = types.SimpleNamespace(cfg=cfg, policy=policy, kernel=kernel, clip=0.2,
                                     old_log_std=policy.log_std.detach() - 0.2)  # fmt: skip
+    accelerated = RlvrPrmHandDerived(trainer)  # type: ignore[arg-type]
     results = []
     base = mb
     for fused in (False, True):
@@ -519,12 +524,9 @@ def test_fused_rlvr_prm_loss_and_gradient_equal_autograd(spaces, overrides):
         flat.zero_grad()
         torch.manual_seed(7)  # the Gaussian JS draws
         if fused:
-            logp, ent, values, trainer.fused_state = kernel.evaluate(mb.obs, mb.actions)
-            fl = RlvrPrmTrainer.fused_loss(trainer, mb, logp, ent, values)
-            extra_dz = fl.before_backward()
-            kernel.backward(trainer.fused_state, fl.dlogp, fl.dentropy, fl.dvalues, accumulate=True,
-                            extra_dparams=fl.dparams_extra, extra_dls=fl.dlog_std_extra, extra_dz=extra_dz)  # fmt: skip
-            loss, metrics = fl.loss, fl.metrics
+            evaluated = accelerated.forward(mb)
+            evaluated.backward(False)
+            loss, metrics = evaluated.loss, evaluated.metrics
         else:
             loss_t, metrics_t = RlvrPrmTrainer.loss(trainer, mb)
             loss_t.backward()
@@ -568,13 +570,13 @@ def _short_trial(algo, env, overrides):
     ],
 )
 def test_inference_mode_changes_no_number_and_autograd_never_runs_in_it(monkeypatch, algo, env, overrides):
-    """The hand-derived paths run under ``torch.inference_mode`` (:func:`~suite.algorithms.fused.kernel_mode`): a short
+    """The hand-derived paths run under ``torch.inference_mode`` (:func:`~suite.accel.mlp.kernel_mode`): a short
     trial gives the same parameters, update metrics, learning curve and final evaluation, bit for bit, as with the
     mode switched off; the kernel's forwards run in it, and autograd's backward (the update's other path) never does."""
     import contextlib
 
+    from suite.accel.mlp import PolicyKernel
     from suite.algorithms.core import GradientStepper
-    from suite.algorithms.fused import PolicyKernel
 
     seen: dict[str, set[bool]] = {}
 
@@ -607,7 +609,7 @@ def test_inference_mode_changes_no_number_and_autograd_never_runs_in_it(monkeypa
 def test_kernel_buffers_stay_usable_outside_inference_mode():
     """Buffers the kernel keeps across calls are normal tensors even when made under inference mode, so the same
     kernel runs outside it afterwards (``suite profile speed`` times the network alone between training iterations)."""
-    from suite.algorithms.fused import kernel_mode
+    from suite.accel.mlp import kernel_mode
 
     _, policy = _policy(CARTPOLE)
     flat = FlatParameters(parameter_order(policy))
