@@ -30,6 +30,7 @@ from suite.report.display import (
     format_number,
     format_p,
 )
+from suite.report.headline import headline_frame, verdict_line
 from suite.report.latex import format_cell, latex_escape
 from suite.report.markdown import markdown_unescape
 from suite.stats import tables as st
@@ -45,7 +46,7 @@ VARIANT = "ppo-lr1e-4"
 
 EXPECTED_TABLES = (
     "status", "final_scores", "aggregate", "probability_of_improvement", "significance", "sample_efficiency",
-    "stability", "speed_memory", "env_references", "failures", "budgets", "provenance",
+    "stability", "speed_memory", "env_references", "failures", "budgets", "provenance", "headline",
 )  # fmt: skip
 EXPECTED_FIGURES = (
     "learning_curves", "training_curves", "final_scores", "aggregate", "performance_profile",
@@ -91,6 +92,62 @@ def make_results_db(path: Path) -> Path:
         other = copy.deepcopy(template)
         other.update(key="other-study-0001", study="elsewhere")
         store.save_trial(other)
+    return path
+
+
+HEADLINE_STUDY = "headline-test"
+HEADLINE_SCORES: dict[tuple[str, str], list[float]] = {
+    # CartPole: alpha's IQM is the highest, beta's CI overlaps it (a tie), gamma is far below.
+    ("alpha", "CartPole-v1"): [480, 490, 500, 500, 500],
+    ("beta", "CartPole-v1"): [470, 485, 495, 500, 500],
+    ("gamma", "CartPole-v1"): [20, 22, 25, 30, 35],
+    # Acrobot: alpha alone.
+    ("alpha", "Acrobot-v1"): [-80, -85, -90, -88, -82],
+    ("beta", "Acrobot-v1"): [-300, -310, -320, -305, -315],
+    ("gamma", "Acrobot-v1"): [-500, -500, -500, -500, -500],
+}
+"""Final returns of a hand-made study whose headline is known without computing it."""
+
+MAIN_JOB_ALGOS = ("grpo", "grpo-pairwise", "ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "sb3-a2c", "sb3-dqn", "sb3-ppo")
+MAIN_JOB_ENVS: dict[str, tuple[str, dict[str, Any], float, float]] = {
+    # label: env id, kwargs, a low and a high final return (the main job's envs, suite/studies/default.toml)
+    "CartPole-v1": ("CartPole-v1", {}, 10.0, 500.0),
+    "TextMatch-v0": ("TextMatch-v0", {}, -0.5, 5.0),
+    "TextMatch-v0[code:12345]": ("TextMatch-v0", {"language": "code", "target": "12345"}, -0.5, 5.0),
+}
+
+
+def main_job_scores() -> dict[tuple[str, str], list[float]]:
+    """Final returns shaped like the main job's (8 algorithms x its 3 envs x 5 seeds), spread between a low and a
+    high return per env: the size of report whose first screen must hold the headline."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for i, algo in enumerate(MAIN_JOB_ALGOS):
+        for label, (_, _, low, high) in MAIN_JOB_ENVS.items():
+            centre = low + (high - low) * (i + 1) / (len(MAIN_JOB_ALGOS) + 1)
+            out[(algo, label)] = (centre + rng.normal(0, (high - low) / 30, 5)).round(2).tolist()
+    return out
+
+
+def make_headline_db(path: Path, scores: dict[tuple[str, str], list[float]], study: str = HEADLINE_STUDY) -> Path:
+    """A hand-made database: one ok record per (algo, env label, seed) with the given final return, a throughput of
+    ``1,000 + 100 x algorithm index`` steps/s (+ seed) and a peak RSS of ``300 + 10 x algorithm index`` MB (+ seed),
+    no curves. Algorithm index: position in sorted order. A label of :data:`MAIN_JOB_ENVS` gives its env id and
+    kwargs; any other label is an env id without kwargs."""
+    algos = sorted({algo for algo, _ in scores})
+    with ResultsStore(path) as store:
+        for (algo, env), values in scores.items():
+            rank = algos.index(algo)
+            env_id, kwargs = MAIN_JOB_ENVS.get(env, (env, {}))[:2]
+            for seed, value in enumerate(values):
+                store.save_trial(
+                    {"key": f"{algo}-{env}-{seed}", "study": study, "algo": algo, "algo_version": "1.0.0",
+                     "env_id": env_id, "env_kwargs": kwargs, "env_label": env, "seed": seed, "budget": 10_000,
+                     "status": "ok", "steps": 10_000, "final_eval_mean": float(value), "final_eval_std": 0.0,
+                     "n_eval_episodes": 10, "steps_per_second": 1_000.0 + 100 * rank + seed,
+                     "peak_rss_mb": 300.0 + 10 * rank + seed, "wall_time_s": 10.0, "rollout_time_s": 6.0,
+                     "update_time_s": 3.0, "config": {}, "provenance": {}}
+                )  # fmt: skip
     return path
 
 
@@ -176,6 +233,99 @@ def assert_close_to_shown(cell: str, values: list[float]) -> None:
     assert len(shown) == len(values), (cell, values)
     for text_value, value in zip(shown, values, strict=True):
         assert math.isclose(text_value, value, rel_tol=5e-3, abs_tol=6e-4), (cell, values)
+
+
+@pytest.fixture(scope="session")
+def headline_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of the hand-made study :data:`HEADLINE_SCORES`."""
+    db = make_headline_db(tmp_path_factory.mktemp("headline-db") / "suite.db", HEADLINE_SCORES)
+    out = tmp_path_factory.mktemp("headline") / "out"
+    write_report(study=HEADLINE_STUDY, db=db, out_dir=out, reps=REPS)
+    return out
+
+
+# -------------------------------------------------------------------------------------------- headline
+
+
+def test_headline_holds_the_statistics_layers_iqm_and_marks_ties(headline_report: Path) -> None:
+    written = read_csv(headline_report, "headline").set_index(["env_label", "algo"])
+    trials = pd.DataFrame(
+        [{"algo": a, "env_label": e, "env_id": e, "env_kwargs": {}, "status": "ok", "final_eval_mean": float(v)}
+         for (a, e), values in HEADLINE_SCORES.items() for v in values]
+    )  # fmt: skip
+    final = st.final_score_table(trials, reps=REPS, seed=0).set_index(["env_label", "algo"])
+    for index, row in written.iterrows():
+        np.testing.assert_allclose(row[["iqm", "iqm_lo", "iqm_hi"]].to_numpy(float),
+                                   final.loc[index, ["iqm", "iqm_lo", "iqm_hi"]].to_numpy(float), rtol=1e-12)  # fmt: skip
+    # The hand-made numbers: IQM of 5 runs = mean of the middle 3 (alpha 496.67, beta 493.33 on CartPole).
+    assert written.loc[("CartPole-v1", "alpha"), "iqm"] == pytest.approx(1490 / 3)
+    assert written.loc[("CartPole-v1", "beta"), "iqm"] == pytest.approx(1480 / 3)
+    marks = {k: (bool(r.best), bool(r.bold), bool(r.tie)) for k, r in written.iterrows()}
+    assert marks == {
+        ("CartPole-v1", "alpha"): (True, True, True), ("CartPole-v1", "beta"): (False, True, True),
+        ("CartPole-v1", "gamma"): (False, False, False), ("Acrobot-v1", "alpha"): (True, True, False),
+        ("Acrobot-v1", "beta"): (False, False, False), ("Acrobot-v1", "gamma"): (False, False, False),
+    }  # fmt: skip
+    # beta's CI reaches alpha's: that is what makes it a tie (and gamma's does not).
+    assert written.loc[("CartPole-v1", "beta"), "iqm_hi"] >= written.loc[("CartPole-v1", "alpha"), "iqm_lo"]
+    assert written.loc[("CartPole-v1", "gamma"), "iqm_hi"] < written.loc[("CartPole-v1", "alpha"), "iqm_lo"]
+
+
+def test_report_md_opens_with_the_headline(headline_report: Path) -> None:
+    md = (headline_report / "report.md").read_text()
+    assert md.index("## Results") < md.index(f"Study '{HEADLINE_STUDY}'") < md.index("## What was run")
+    assert md.splitlines()[2] == "## Results"  # right under the title
+    first = markdown_tables(md)[0]  # the first table of the file is the headline's
+    assert list(first.columns) == ["Algorithm", "Acrobot-v1", "CartPole-v1"]
+    written = read_csv(headline_report, "headline").set_index(["env_label", "algo"])
+    rows = [line for line in md.splitlines() if line.startswith("| ")][1:4]
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        algo = cells[0]
+        for env, cell in zip(["Acrobot-v1", "CartPole-v1"], cells[1:], strict=True):
+            row = written.loc[(env, algo)]
+            text = format_ci(row["iqm"], row["iqm_lo"], row["iqm_hi"])
+            assert cell == (f"**{text}**" if row["bold"] else text), (algo, env)
+    assert "Best per env: Acrobot-v1: alpha; CartPole-v1: tie between alpha (highest IQM) and beta (95% CIs overlap)." in md
+    # Throughput 1,000 + 100 x rank + seed (mean over seeds 0-4: + 2); peak RSS 300 + 10 x rank + seed.
+    assert ("Speed (env steps per second of training, mean over ok runs): Acrobot-v1: fastest gamma 1,202, slowest "
+            "alpha 1,002; CartPole-v1: fastest gamma 1,202, slowest alpha 1,002.") in md  # fmt: skip
+    assert ("Memory (peak resident MB of the trial process, mean over ok runs): Acrobot-v1: least alpha 302.0, most "
+            "gamma 322.0; CartPole-v1: least alpha 302.0, most gamma 322.0.") in md  # fmt: skip
+    assert md.index("](figures/aggregate.png)") < md.index("## What was run")
+
+
+def test_index_html_opens_with_the_headline(headline_report: Path) -> None:
+    page = (headline_report / "index.html").read_text()
+    body = page[page.index("<main>") :]
+    assert body.index("</h1>") < body.index('data-headline="true"') < body.index('<div class="summary">')
+    headline = body[body.index('data-headline="true"') : body.index("</section>")]
+    assert headline.count("<strong>") == 3  # CartPole alpha and beta (a tie), Acrobot alpha
+    assert "<strong>496.7 [" in headline and "<strong>493.3 [" in headline and "<strong>-85.00 [" in headline
+    assert 'id="fig-aggregate"' in headline and page.count('id="fig-aggregate"') == 1
+    assert "Best per env: Acrobot-v1: alpha; CartPole-v1: tie between alpha" in headline
+
+
+def test_headline_frame_edge_cases() -> None:
+    nan = float("nan")
+    final = pd.DataFrame(
+        [("e", "a", 3, 10.0, 9.0, 11.0), ("e", "b", 3, 10.0, 8.0, 12.0), ("e", "c", 3, 7.5, 7.0, 7.9),
+         ("f", "a", 1, 5.0, nan, nan), ("f", "b", 1, 4.0, nan, nan), ("g", "a", 0, nan, nan, nan),
+         ("h", "a", 2, 1.0, 0.5, 1.5), ("h", "b", 0, nan, nan, nan)],
+        columns=["env_label", "algo", "n_ok", "iqm", "iqm_lo", "iqm_hi"],
+    )  # fmt: skip
+    frame = headline_frame(final)
+    marks = {(r.env_label, r.algo): (r.best, r.bold, r.tie) for r in frame.itertuples()}
+    assert marks == {
+        ("e", "a"): (True, True, True), ("e", "b"): (True, True, True),  # equal IQMs: both best
+        ("e", "c"): (False, False, False),  # 7.9 < 8.0: its CI stops short of both bests' CIs
+        ("f", "a"): (True, True, False), ("f", "b"): (False, False, False),  # a collapsed CI is its point
+        ("g", "a"): (False, False, False),  # no ok run
+        ("h", "a"): (True, True, False), ("h", "b"): (False, False, False),
+    }  # fmt: skip
+    assert verdict_line(frame) == (
+        "Best per env: e: tie between a and b (equal IQM); f: a; g: no ok runs; h: a (the only algorithm with ok runs)."
+    )
 
 
 # ----------------------------------------------------------------------------------------------- files

@@ -1,30 +1,29 @@
 """The HTML report in a real browser: headless Chromium renders it with every image decoded, no console
-error and no network access, and a laptop-size screenshot is not blank.
+error and no network access, the headline (results) whole within the first screen of a 1366x768 laptop, and a
+laptop-size screenshot is not blank.
 
-Needs the Debian package ``chromium``: the session fixture installs it with apt-get when it is missing and
-the tests run as root, and skips (saying why) otherwise.
+Needs the Debian package ``chromium`` (``.ci/run`` installs it); the tests skip, saying why, where it is missing.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_report import POI_REPS, REPS, STUDY, make_results_db
+from test_report import POI_REPS, REPS, STUDY, main_job_scores, make_headline_db, make_results_db
 
 from suite.report import write_report
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-INSTALL_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 120
 LAPTOP = (1366, 900)
+FIRST_SCREEN = (1366, 768)
+"""A laptop screen; Chromium's viewport in a window this size is smaller (its own bars), as a reader's is."""
 
 # Injected into a copy of the page only (the report itself has no script): after load, write the number of
 # images and how many decoded with a non-zero natural width into the DOM, where --dump-dom shows them.
@@ -39,25 +38,27 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def _apt_get(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    return subprocess.run(["apt-get", *args], capture_output=True, text=True, env=env, timeout=INSTALL_TIMEOUT_S, check=False)
-
-
 @pytest.fixture(scope="session")
 def chromium() -> Path:
-    """Path of headless Chromium, installed with apt-get when missing (root only), else the tests skip."""
-    if CHROMIUM.exists():
-        return CHROMIUM
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip(f"{CHROMIUM} is missing; install the Debian package 'chromium' (needs root and apt-get)")
-    done = _apt_get("install", "-y", "chromium")
-    if done.returncode != 0:  # a fresh image has no package lists yet
-        _apt_get("update")
-        done = _apt_get("install", "-y", "chromium")
-    if done.returncode != 0 or not CHROMIUM.exists():
-        pytest.skip(f"could not install chromium with apt-get: {done.stderr.strip().splitlines()[-1:]}")
+    """Path of headless Chromium; the tests skip where it is not installed (this module installs nothing)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install the Debian package 'chromium' (.ci/run does)")
     return CHROMIUM
+
+
+# Injected into a copy of the page: after load, write the headline's box (viewport coordinates, page at its top)
+# and the viewport's size into the DOM.
+FIRST_SCREEN_CHECK = """<script>
+window.addEventListener("load", () => {
+  const marked = document.querySelectorAll("[data-headline]");
+  const box = marked.length ? marked[0].getBoundingClientRect() : {top: -1, bottom: -1, right: -1};
+  const first = document.querySelector("main > *:not(header)");
+  document.body.insertAdjacentHTML("beforeend",
+    `<div id="first-screen" data-marked="${marked.length}" data-top="${box.top}" data-bottom="${box.bottom}"`
+    + ` data-right="${box.right}" data-first="${first ? first.id : ""}" data-width="${window.innerWidth}"`
+    + ` data-height="${window.innerHeight}"></div>`);
+});
+</script>"""
 
 
 def run_chromium(chromium: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -76,6 +77,43 @@ def browser_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = make_results_db(tmp_path_factory.mktemp("browser-db") / "suite.db")
     out = tmp_path_factory.mktemp("browser-report")
     return write_report(study=STUDY, db=db, out_dir=out, reps=REPS, poi_reps=POI_REPS)
+
+
+@pytest.fixture(scope="session")
+def main_job_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report the size of the main job's (8 algorithms x 3 envs, hand-made records); returns index.html."""
+    db = make_headline_db(tmp_path_factory.mktemp("main-job-db") / "suite.db", main_job_scores(), "main-job")
+    return write_report(study="main-job", db=db, out_dir=tmp_path_factory.mktemp("main-job-report"), reps=REPS)
+
+
+def first_screen(chromium: Path, index: Path, tmp_path: Path) -> dict[str, float | str]:
+    """The headline's box and the viewport's size, measured in Chromium at :data:`FIRST_SCREEN`."""
+    checked = tmp_path / "index-first-screen.html"
+    checked.write_text(index.read_text().replace("</body>", FIRST_SCREEN_CHECK + "\n</body>"))
+    done = run_chromium(
+        chromium, tmp_path / "profile", f"--window-size={FIRST_SCREEN[0]},{FIRST_SCREEN[1]}", "--hide-scrollbars",
+        "--virtual-time-budget=10000", "--dump-dom", checked.as_uri(),
+    )  # fmt: skip
+    found = re.findall(r'<div id="first-screen" (data-marked="\d[^>]*)>', done.stdout)  # not the script's own text
+    assert len(found) == 1, f"the check did not run; chromium said: {done.stderr[-2000:]}"
+    values = dict(re.findall(r'data-([\w-]+)="([^"]*)"', found[0]))
+    return {k: (v if k == "first" else float(v)) for k, v in values.items()}
+
+
+@pytest.mark.parametrize("which", ["test_study", "main_job"])
+def test_headline_is_the_whole_first_screen_of_a_laptop(
+    chromium: Path, browser_report: Path, main_job_report: Path, tmp_path: Path, which: str
+) -> None:
+    """The results come first and fit: the one marked headline is the first thing under the title and lies whole
+    (table, verdict, speed and memory lines, aggregate figure) inside the 1366x768 window's viewport, for the test
+    study and for one the size of the main job."""
+    index = browser_report if which == "test_study" else main_job_report
+    box = first_screen(chromium, index, tmp_path)
+    assert box["marked"] == 1
+    assert box["first"] == "headline"
+    assert box["width"] == FIRST_SCREEN[0] and 500 <= box["height"] <= FIRST_SCREEN[1]
+    assert 0 < box["top"] < box["bottom"] <= box["height"], box
+    assert box["right"] <= box["width"]
 
 
 def test_every_image_decodes_and_the_page_fits_a_laptop(chromium: Path, browser_report: Path, tmp_path: Path) -> None:

@@ -71,3 +71,6 @@ class Document:
     """Sections in order."""
     footer: str
     """Last line (generator, time, database)."""
+    headline: Section | None = None
+    """The results, shown first: before the summary, the contents and every other section
+    (:mod:`suite.report.headline`)."""

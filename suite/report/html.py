@@ -42,6 +42,13 @@ figcaption { color: var(--muted); font-size: 0.9rem; margin-top: 0.3rem; }
 details { margin: 0.3rem 0; border: 1px solid var(--line); border-radius: 4px; padding: 0.3rem 0.6rem; }
 summary { cursor: pointer; font-weight: 600; }
 pre { overflow-x: auto; background: #f6f8fa; padding: 0.6rem; font-size: 0.8rem; white-space: pre; }
+.headline { border-bottom: 1px solid var(--line); padding-bottom: 0.4rem; margin-bottom: 1rem; }
+.headline h2 { margin-top: 0.4rem; }
+.headline-body { display: flex; flex-wrap: wrap; gap: 0 1.4rem; align-items: flex-start; }
+.headline-table { flex: 0 1 auto; width: min-content; max-width: 100%; }
+.headline p { margin: 0.25rem 0; font-size: 0.92rem; }
+.headline td, .headline th { padding: 0.22rem 0.6rem; }
+.headline figure { flex: 1 1 280px; max-width: 480px; margin: 0.4rem 0; }
 footer { margin-top: 3rem; color: var(--muted); font-size: 0.85rem; }
 """
 
@@ -107,9 +114,25 @@ def render_section(section: Section) -> str:
     return f'<section id="{esc(section.id)}">\n<h2>{esc(section.title)}</h2>\n{body}\n</section>'
 
 
+def render_headline(section: Section) -> str:
+    """The headline (:mod:`suite.report.headline`): its table (with the caption above it) beside its figure on a
+    laptop screen (below it on a narrow one), then its lines, so the whole of it fits the first screen;
+    ``data-headline`` marks it for tests."""
+    cut = next((i + 1 for i, b in enumerate(section.blocks) if isinstance(b, DisplayTable)), 0)
+    table = "\n".join(_block(b) for b in section.blocks[:cut])
+    figures = "\n".join(_block(b) for b in section.blocks if isinstance(b, FigureRef))
+    lines = "\n".join(_block(b) for b in section.blocks[cut:] if not isinstance(b, FigureRef))
+    return (
+        f'<section id="{esc(section.id)}" class="headline" data-headline="true">\n<h2>{esc(section.title)}</h2>\n'
+        f'<div class="headline-body"><div class="headline-table">\n{table}\n</div>\n{figures}</div>\n{lines}\n</section>'
+    )
+
+
 def render_document(doc: Document) -> str:
-    """The whole page."""
-    toc = "".join(f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in doc.sections)
+    """The whole page: the title, the headline, then the summary, the contents and the sections."""
+    listed = doc.sections if doc.headline is None else [doc.headline, *doc.sections]
+    toc = "".join(f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in listed)
+    headline = "" if doc.headline is None else render_headline(doc.headline)
     summary = "\n".join(f"<p>{esc(p)}</p>" for p in doc.summary)
     sections = "\n".join(render_section(s) for s in doc.sections)
     return f"""<!DOCTYPE html>
@@ -122,11 +145,12 @@ def render_document(doc: Document) -> str:
 </head>
 <body>
 <main>
-<header>
-<h1>{esc(doc.title)}</h1>
+<header><h1>{esc(doc.title)}</h1></header>
+{headline}
+<div class="summary">
 {summary}
 <nav aria-label="Contents"><ul>{toc}</ul></nav>
-</header>
+</div>
 {sections}
 <footer>{esc(doc.footer)}</footer>
 </main>

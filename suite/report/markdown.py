@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.report.display import Cell, DisplayTable
-from suite.report.document import Document, Failure, FigureRef, Paragraph
+from suite.report.document import Document, Failure, FigureRef, Paragraph, Section
 
 
 def markdown_escape(text: str) -> str:
@@ -60,10 +60,17 @@ def _block(block: Paragraph | DisplayTable | FigureRef | Failure) -> str:
 
 
 def render_document(doc: Document) -> str:
-    """``report.md``: the same sections, tables and figures (linked, not embedded) as the HTML page."""
-    parts = [f"# {markdown_escape(doc.title)}\n", *(f"{markdown_escape(p)}\n" for p in doc.summary)]
-    for section in doc.sections:
-        parts.append(f"## {markdown_escape(section.title)}\n")
-        parts.extend(_block(b) for b in section.blocks)
+    """``report.md``: the same sections, tables and figures (linked, not embedded) as the HTML page, the headline
+    first, then the summary."""
+
+    def section(sec: Section) -> list[str]:
+        return [f"## {markdown_escape(sec.title)}\n", *(_block(b) for b in sec.blocks)]
+
+    parts = [f"# {markdown_escape(doc.title)}\n"]
+    if doc.headline is not None:
+        parts.extend(section(doc.headline))
+    parts.extend(f"{markdown_escape(p)}\n" for p in doc.summary)
+    for sec in doc.sections:
+        parts.extend(section(sec))
     parts.append(f"---\n\n{markdown_escape(doc.footer)}\n")
     return "\n".join(parts)
