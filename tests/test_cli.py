@@ -87,6 +87,7 @@ def test_run_status_export_end_to_end_and_resume(tmp_path):
     assert exp.returncode == 0, exp.stderr
     df = pd.read_csv(out, dtype={"key": str})
     assert sorted(df["seed"]) == [0, 1] and set(df["status"]) == {"ok"}
+    assert (df["rollout_rss_peak_mb"] > 0).all() and (df["update_seconds"] > 0).all()  # per-phase columns, flat
     bad = subprocess.run(
         [*SUITE, "export", "--table", "nope", "-o", str(out), "--db", str(db)], capture_output=True, text=True
     )

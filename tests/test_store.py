@@ -436,11 +436,57 @@ def test_export_reads_back_equal(tmp_path: Path, suffix: str) -> None:
         trials = read(tmp_path / f"trials{suffix}")
         expected = store.trials()
 
-    assert list(trials.columns) == list(expected.columns)
+    flat = [c for c in expected.columns if c not in ("phases", "metrics")]
+    assert [c for c in trials.columns if c in flat] == flat
     assert trials["key"].tolist() == expected["key"].tolist()
     assert trials["final_eval_mean"].tolist() == expected["final_eval_mean"].tolist()
     assert [json.loads(text) for text in trials["config"]] == expected["config"].tolist()
     assert [json.loads(text) for text in trials["provenance"]] == expected["provenance"].tolist()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_export_has_per_phase_memory_and_timing_as_flat_columns(tmp_path: Path, suffix: str) -> None:
+    """pandas reads the export as it is: no JSON cell to parse for a phase's memory or seconds."""
+    records = []
+    for i in range(3):
+        record = make_record(i)
+        record["phases"] = {
+            "setup": {"time_s": 0.0, "calls": 0, "rss_peak_mb": 100.0 + i, "rss_method": "vmhwm"},
+            "rollout": {"time_s": 5.0 + i, "cpu_s": 4.5 + i, "calls": 20, "rss_peak_mb": 200.5 + i, "rss_growth_mb": 1.25},
+            "update": {"time_s": 14.0 + i, "cpu_s": 13.0, "calls": 20, "rss_peak_mb": 250.25 + i, "rss_growth_mb": -0.5},
+        }  # fmt: skip
+        record["metrics"] = {"sample_diversity": 0.5 + i / 10}
+        record["update_time_s"] = 16.0 + i  # the trial's: advantages + update
+        records.append(record)
+    records[2]["phases"], records[2]["metrics"] = {}, {}  # a trial recorded without the probe
+    with ResultsStore(tmp_path / "r.db") as store:
+        for record in records:
+            store.save_trial(record)
+        out = tmp_path / f"trials{suffix}"
+        assert store.export("trials", out) == 3
+    frame = (pd.read_csv(out, dtype={"key": str}) if suffix == ".csv" else pd.read_parquet(out)).set_index("key")
+    assert "phases" not in frame.columns and "metrics" not in frame.columns
+    expected_columns = [
+        "setup_seconds", "setup_calls", "setup_rss_method", "setup_rss_peak_mb",
+        "rollout_seconds", "rollout_cpu_seconds", "rollout_calls", "rollout_rss_growth_mb", "rollout_rss_peak_mb",
+        "update_seconds", "update_cpu_seconds", "update_calls", "update_rss_growth_mb", "update_rss_peak_mb",
+        "metric_sample_diversity",
+    ]  # fmt: skip
+    assert [c for c in frame.columns if c in expected_columns] == expected_columns  # grouped by phase, in order
+    for record in records:
+        row = frame.loc[record["key"]]
+        for phase, fields in record["phases"].items():
+            for name, value in fields.items():
+                column = f"{phase}_{ {'time_s': 'seconds', 'cpu_s': 'cpu_seconds'}.get(name, name) }"
+                assert row[column] == value, column
+        if not record["phases"]:
+            assert row[["rollout_rss_peak_mb", "update_seconds", "setup_calls"]].isna().all()
+            assert pd.isna(row["metric_sample_diversity"])
+        else:
+            assert row["metric_sample_diversity"] == record["metrics"]["sample_diversity"]
+    assert pd.api.types.is_float_dtype(frame["update_rss_peak_mb"])
+    # The trial's update_time_s (advantages + update) is its own column, apart from the update phase's seconds.
+    assert frame.loc[records[0]["key"], ["update_time_s", "update_seconds"]].tolist() == [16.0, 14.0]
 
 
 def test_export_rejects_unknown_suffix_and_table(tmp_path: Path) -> None:

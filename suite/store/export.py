@@ -1,18 +1,70 @@
-"""Exporting a results table to CSV or Parquet, and compacting a database file for shipping."""
+"""Exporting a results table to CSV or Parquet, and compacting a database file for shipping.
+
+The trials export is flat where the data are flat, so pandas reads it without parsing anything: each trial's
+per-phase timing and memory (``record["phases"]``, :mod:`suite.memory_probe`) becomes one column per phase and
+field, ``<phase>_<field>`` (``rollout_rss_peak_mb``, ``update_rss_growth_mb``, ``setup_alloc_peak_mb``...), with the
+phase's seconds as ``<phase>_seconds`` and ``<phase>_cpu_seconds`` (not ``_time_s``: the trial's own
+``update_time_s`` is advantages + update, while ``update_seconds`` is the update phase alone) and its call count
+as ``<phase>_calls``; the trial-level scalars of ``record["metrics"]`` become ``metric_<name>``. Only what is
+nested by nature stays JSON text: ``env_kwargs``, ``config`` and ``provenance``.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from suite.context import PHASES
 from suite.errors import UserError
+from suite.memory_probe import SETUP
 from suite.store.queries import StoreQueries
 from suite.store.records import dump_json
 from suite.store.schema import EXPORT_SUFFIXES, TABLES, TRIAL_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
+
+PHASE_ORDER: tuple[str, ...] = (SETUP, *PHASES)
+"""Order of the per-phase column groups (a phase not listed here follows, sorted by name)."""
+
+PHASE_FIELD_NAMES: dict[str, str] = {"time_s": "seconds", "cpu_s": "cpu_seconds", "calls": "calls"}
+"""The first fields of each phase's columns, in this order, with their column names (``time_s`` renamed so that
+``update_seconds`` cannot be read as the trial's ``update_time_s``); the other fields follow sorted by name."""
+
+
+def phase_columns(phases: Sequence[Mapping[str, Mapping[str, Any]] | None]) -> dict[str, list[Any]]:
+    """Per-phase timing and memory as flat columns.
+
+    Args:
+        phases: each trial's ``record["phases"]`` (``{phase: {field: value}}``; None or {} for a trial without).
+
+    Returns:
+        ``{"<phase>_<field>": values}``, one value per trial (None where that trial lacks the field), for every
+        (phase, field) any trial has; phases in :data:`PHASE_ORDER`, fields as :data:`PHASE_FIELD_NAMES` says.
+    """
+    seen: dict[str, dict[str, None]] = {}
+    for record in phases:
+        for phase, fields in (record or {}).items():
+            seen.setdefault(phase, {}).update(dict.fromkeys(fields))
+    order = [p for p in PHASE_ORDER if p in seen] + sorted(p for p in seen if p not in PHASE_ORDER)
+    columns: dict[str, list[Any]] = {}
+    for phase in order:
+        first = [name for name in PHASE_FIELD_NAMES if name in seen[phase]]
+        for name in [*first, *sorted(n for n in seen[phase] if n not in first)]:
+            column = f"{phase}_{PHASE_FIELD_NAMES.get(name, name)}"
+            columns[column] = [((record or {}).get(phase) or {}).get(name) for record in phases]
+    return columns
+
+
+def metric_columns(metrics: Sequence[Mapping[str, Any] | None]) -> dict[str, list[Any]] | None:
+    """Trial-level scalars as ``metric_<name>`` columns (names sorted), or None when a value is not a scalar (then
+    the column stays JSON)."""
+    names = sorted({name for m in metrics for name in (m or {})})
+    if any(isinstance(v, (dict, list, tuple)) for m in metrics for v in (m or {}).values()):
+        return None
+    return {f"metric_{name}": [(m or {}).get(name) for m in metrics] for name in names}
 
 
 class StoreExport(StoreQueries):
@@ -21,8 +73,9 @@ class StoreExport(StoreQueries):
     def export(self, table: str, path: str | os.PathLike[str]) -> int:
         """Write one table (all trials) to CSV or Parquet, chosen by the file suffix.
 
-        ``trials`` is written with ``env_kwargs``, ``config`` and ``provenance`` as JSON text (sorted keys).
-        Read a CSV back with ``pandas.read_csv(path, dtype={"key": str})``: a hex key of digits only would
+        ``trials`` is written flat (:func:`flat_trials`): per-phase timing and memory and the trial's metrics as
+        columns of their own, ``env_kwargs``, ``config`` and ``provenance`` as JSON text (sorted keys). Read a CSV
+        back with ``pandas.read_csv(path, dtype={"key": str})``: a hex key of digits only would
         otherwise be parsed as a number.
 
         Args:
@@ -43,9 +96,7 @@ class StoreExport(StoreQueries):
             raise UserError(f"cannot export to {out}: unknown file type {suffix or '(no suffix)'!r}; use .csv or .parquet")
         frame: pd.DataFrame = getattr(self, table)()
         if table == "trials":
-            for name, kind in TRIAL_COLUMNS.items():
-                if kind == "json":
-                    frame[name] = [dump_json(v) for v in frame[name]]
+            frame = flat_trials(frame)
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             if suffix == ".csv":
@@ -61,3 +112,25 @@ class StoreExport(StoreQueries):
         the WAL folded in. Only for a database no other process is using."""
         self._conn.execute("VACUUM")
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def flat_trials(frame: pd.DataFrame) -> pd.DataFrame:
+    """The trials table as exported: ``phases`` and ``metrics`` replaced, where they stand, by their flat columns
+    (:func:`phase_columns`, :func:`metric_columns`), and the other JSON columns as JSON text."""
+    import pandas as pd
+
+    parts: list[pd.DataFrame] = []
+    for name in frame.columns:
+        values = frame[name].tolist()
+        flat: dict[str, list[Any]] | None = None
+        if name == "phases":
+            flat = phase_columns(values)
+        elif name == "metrics":
+            flat = metric_columns(values)
+        if flat is not None:
+            parts.append(pd.DataFrame(flat, index=frame.index, columns=list(flat)))
+        elif TRIAL_COLUMNS.get(name) == "json":
+            parts.append(pd.DataFrame({name: [dump_json(v) for v in values]}, index=frame.index))
+        else:
+            parts.append(frame[[name]])
+    return pd.concat(parts, axis=1)
