@@ -39,6 +39,7 @@ from suite.plugins import load_plugins
 from suite.provenance import collect_provenance, utc_now_iso
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
 from suite.seeding import EVAL_SEED_BASE, TRAIN_SEED_STRIDE, eval_seeds, seed_everything
+from suite.store.models import model_filename
 
 RECORD_FORMAT = 2
 """Format version of a record and of a saved model file."""
@@ -431,6 +432,7 @@ def save_model(path: Path, agent: Agent, resolved: ResolvedTrial) -> None:
         "env_id": resolved.spec.env_id,
         "env_kwargs": dict(resolved.env_kwargs),
         "seed": resolved.spec.seed,
+        "key": resolved.key,  # the file's name holds only a prefix (suite.store.models)
         "config": resolved.config_dict,
         "state_dict": {k: v.detach().cpu().clone() for k, v in agent.state_dict().items()},
     }
@@ -495,7 +497,7 @@ def run_trial(
             with ctx.phase("eval"):
                 hook(ctx, agent)
         if models_dir is not None:
-            model_path = Path(models_dir) / f"{resolved.key}.pt"
+            model_path = Path(models_dir) / model_filename(resolved.algo.id, spec.env_id, spec.seed, resolved.key)
             save_model(model_path, agent, resolved)
     except Diverged as exc:
         status, error, tb, failure_kind = "diverged", f"Diverged: {exc}", traceback.format_exc(), "diverged"

@@ -71,7 +71,7 @@ class ExecOptions:
     retry_failed: str | None = None
     """Run recorded failures of the study again: ``env`` (machine causes) or ``all`` (also the algorithm's)."""
     save_models: bool = True
-    """Save trained policies next to the database (``models/<key>.pt``)."""
+    """Save trained policies next to the database (``models/<algo>_<env>_seed<k>_<short key>.pt``)."""
     show_progress: bool = True
     """Progress bar with ETA on stderr."""
     assume_yes: bool = False

@@ -44,6 +44,7 @@ from typing import Any
 
 from suite.errors import UserError
 from suite.executors.common import Died, Event, Finished, Progress, Started, Task, worker_count
+from suite.store.models import model_filename
 from suite.trial import TrialSpec
 
 PROGRESS_INTERVAL_S = 0.5
@@ -283,7 +284,7 @@ class RayBackend:
             return Died(task, item[1], item[2])
         record, model = item[1], item[2]
         if model is not None and self._models_dir is not None:
-            path = self._models_dir / f"{record['key']}.pt"
+            path = self._models_dir / model_filename(record["algo"], record["env_id"], record["seed"], record["key"])
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_bytes(model)

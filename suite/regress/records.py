@@ -30,6 +30,7 @@ import pandas as pd
 
 from suite.stats.curves import area_under_curve
 from suite.store import ResultsStore
+from suite.store.models import find_model_file
 
 TIME_PREFIX = "time:"
 """Column prefix of per-phase seconds (``time:update``)."""
@@ -86,6 +87,12 @@ def result_hash(row: Mapping[str, Any], curve: pd.DataFrame, evals: pd.DataFrame
         "evals": [evals[c].tolist() for c in ("step", "final", "episode", "return", "length")],
     }
     return hashlib.sha256(_canonical(payload)).hexdigest()
+
+
+def _model_hash(models: Path | None, record: Mapping[str, Any]) -> str | None:
+    """:func:`param_hash` of a trial's saved policy in ``models`` (named or an older ``<key>.pt``), if any."""
+    found = find_model_file(models, record) if models is not None else None
+    return param_hash(found) if found is not None else None
 
 
 def param_hash(model: Path) -> str | None:
@@ -169,7 +176,7 @@ def summarise(
             "wall_time_s": _float(rec.get("wall_time_s")),
             "peak_rss_mb": _float(rec.get("peak_rss_mb")),
             "result_hash": result_hash(rec, curve_by_key.get(key, empty_curve), ev),
-            "param_hash": param_hash(models / f"{key}.pt") if models is not None else None,
+            "param_hash": _model_hash(models, rec),
         }
         for phase, fields in sorted((rec.get("phases") or {}).items()):
             if not isinstance(fields, Mapping):
