@@ -126,11 +126,12 @@ def ppo_vs_sb3_rows(file: str, label: str, env_prefix: str) -> list[dict[str, st
         env, seeds = result["env"], result["seeds"]
         span = f"seeds {seeds[0]}-{seeds[-1]}, {result['steps']:,} steps"
         where = f"{env}, {span} [{label}]"
+        ppo, sb3 = result["median"]["ppo"], result["median"]["sb3-ppo"]
         rows.append(
             _row(
                 f"ppo/sb3-ppo training steps per CPU s, {where}",
                 f"{result['steps_per_cpu_second_ratio']:.2f}",
-                "x (medians)",
+                f"x ({ppo['steps_per_cpu_second']:,.0f} vs {sb3['steps_per_cpu_second']:,.0f}, medians)",
                 *common,
                 file,
             )
@@ -145,7 +146,8 @@ def ppo_vs_sb3_rows(file: str, label: str, env_prefix: str) -> list[dict[str, st
                     file,
                 )
             )
-        rows.append(_row(f"ppo/sb3-ppo peak RSS, {where}", f"{result['peak_rss_ratio']:.2f}", "x (medians)", *common, file))
+        rss = f"x ({ppo['peak_rss_mb']:.0f} vs {sb3['peak_rss_mb']:.0f} MB, medians)"
+        rows.append(_row(f"ppo/sb3-ppo peak RSS, {where}", f"{result['peak_rss_ratio']:.2f}", rss, *common, file))
         limit = result.get("ppo_limit")
         if limit:
             rows.append(
