@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,21 @@ def test_a_pipe_in_a_cell_does_not_split_the_row(tmp_path, cell):
     assert _run("--root", str(root)).returncode == 0
     row = next(line for line in (root / "docs" / "x.md").read_text().splitlines() if line.startswith("| speed"))
     assert row.count(" | ") == 6 and "\\|" in row
+
+
+def test_the_readme_stays_a_front_door():
+    """At most 250 lines and 25 KB, no dates or commit ids (measurements live in docs/), and the second set-up
+    command is the one CI runs."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    assert len(text.encode()) <= 25_000
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
+    assert not re.search(r"(?<![\w/.])[0-9a-f]{7,40}(?![\w/.])", text)
+    tests_command = (
+        "python3.11 -m venv .venv && .venv/bin/pip install -c constraints.txt -e '.[test]' && "
+        '.venv/bin/python -m pytest -m "not slow" -n auto --dist loadfile'
+    )
+    assert f"```bash\n{tests_command}\n```" in text
+    ci = (REPO / ".ci" / "run").read_text()
+    ci_line = next(line for line in ci.splitlines() if line.startswith("python3.11 -m venv"))
+    assert ci_line.replace("-q ", "").startswith(tests_command)
