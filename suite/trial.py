@@ -64,8 +64,24 @@ def trial_device(device: str) -> Iterator[None]:
         _DEVICE.pop()
 
 
+_GPUS_ELSEWHERE = [False]
+"""True inside :func:`gpus_checked_where_trials_run`."""
+
+
+@contextlib.contextmanager
+def gpus_checked_where_trials_run() -> Iterator[None]:
+    """Inside the block :func:`check_device` checks a CUDA device's spelling only: the trials run on other machines
+    (a Ray cluster's nodes), whose GPUs this one need not have; each trial checks its device where it runs."""
+    _GPUS_ELSEWHERE.append(True)
+    try:
+        yield
+    finally:
+        _GPUS_ELSEWHERE.pop()
+
+
 def check_device(text: str) -> str:
-    """The torch device ``text`` names, checked: ``cpu``, ``cuda`` or ``cuda:N`` where torch sees that GPU.
+    """The torch device ``text`` names, checked: ``cpu``, ``cuda`` or ``cuda:N`` where torch sees that GPU (only
+    the spelling inside :func:`gpus_checked_where_trials_run`).
 
     Raises:
         UserError: anything else, or a CUDA device on a machine where torch sees none (one line).
@@ -76,7 +92,7 @@ def check_device(text: str) -> str:
         raise UserError(f"--device {text!r} is not a torch device; allowed: cpu, cuda, cuda:N") from None
     if device.type not in ("cpu", "cuda"):
         raise UserError(f"--device {text!r}: the suite runs on cpu or cuda; allowed: cpu, cuda, cuda:N")
-    if device.type == "cuda":
+    if device.type == "cuda" and not _GPUS_ELSEWHERE[-1]:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             raise UserError(f"--device {text}: torch {torch.__version__} sees no CUDA GPU on this machine; use --device cpu")

@@ -65,6 +65,33 @@ def add_device(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def add_plan(p: argparse.ArgumentParser) -> None:
+    """``--plan``: print what a run would cost (:mod:`suite.plan`) and exit without running."""
+    p.add_argument(
+        "--plan", action="store_true",
+        help="print the plan (trials to run and done, env steps, core-hours and wall time from recorded speeds) and "
+        "exit without running anything; the plan is printed before every run too",
+    )  # fmt: skip
+
+
+def print_plan(args: argparse.Namespace, specs: Any, *, done: int, db_path: Any) -> None:
+    """Print the plan of running ``specs`` (trial specs not recorded yet; ``done`` more are) on stderr: wall time on
+    the workers at hand (this machine's cores; a Ray cluster's when ``--workers`` does not say) and on ``--workers``."""
+    import sys
+
+    from suite.executors.common import worker_count
+    from suite.plan import make_run_plan
+
+    plan = make_run_plan(specs, done=done, db_path=db_path)
+    ray_cluster = args.executor == "ray" and args.address is not None
+    at_hand = None if ray_cluster else worker_count(None)
+    label = "" if ray_cluster else " (this machine's cores)"
+    lines = plan.lines(at_hand, args.workers, at_hand_label=label)
+    if ray_cluster and plan.to_run and args.workers is None:
+        lines.append("  wall time on the cluster: the core-hours over its free CPUs (add --workers N for an estimate)")
+    print("\n".join(lines), file=sys.stderr)
+
+
 def add_plugin(p: argparse.ArgumentParser) -> None:
     """``--plugin``: plugins to load before anything resolves an algorithm."""
     p.add_argument(

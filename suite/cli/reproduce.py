@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from suite.cli.options import add_db, add_device, add_exec, add_plugin, exec_options, signal_name
+from suite.cli.options import add_db, add_device, add_exec, add_plan, add_plugin, exec_options, print_plan, signal_name
 
 
 def add_parser(sub: Any) -> None:
@@ -34,6 +35,7 @@ def add_parser(sub: Any) -> None:
     add_device(p)
     add_exec(p)
     add_plugin(p)
+    add_plan(p)
     add_db(p)
 
 
@@ -65,9 +67,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if value is not None:
             words += [flag, str(value)]
     words += ["--no-run"] if args.no_run else []
-    from suite.trial import check_device, trial_device
+    from suite.trial import check_device, gpus_checked_where_trials_run, trial_device
 
-    with trial_device(check_device(args.device)):  # the claim set's trial specs run on it
+    elsewhere = gpus_checked_where_trials_run() if args.executor == "ray" else contextlib.nullcontext()
+    with elsewhere, trial_device(check_device(args.device)):  # the claim set's trial specs run on it
+        if not args.no_run and args.tier != "best":
+            from suite.cli.run import trials_to_run
+
+            db_path = default_db_path(args.db)
+            todo, done = trials_to_run(list(claims.expand(args.tier, seeds).trials.values()), db_path, args.retry_failed)
+            print_plan(args, [r.spec for r in todo], done=done, db_path=db_path)
+        if args.plan:
+            return 0
         _, summary = reproduce(
             claims, db_path=default_db_path(args.db), out_dir=out, tier=args.tier, seeds=seeds, options=options,
             run=not args.no_run, command=shlex.join(words),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -13,10 +14,12 @@ from suite.cli.options import (
     add_device,
     add_exec,
     add_memory_profile,
+    add_plan,
     add_plugin,
     env_kwargs,
     exec_options,
     parse_overrides,
+    print_plan,
     signal_name,
 )
 from suite.errors import UserError
@@ -43,6 +46,7 @@ def add_parser(sub: Any) -> None:
     add_plugin(p)
     add_exec(p)
     add_memory_profile(p)
+    add_plan(p)
     add_db(p)
 
 
@@ -62,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # the report's imports and helper use the CPU the last trials leave free
         options = dataclasses.replace(options, on_spare_worker=prepare)
     options.check()
-    if options.executor == "local":
+    if options.executor == "local" and not args.plan:
         from suite.executors.local import start_forkserver
 
         start_forkserver()  # it imports torch while this process resolves the trials
@@ -82,11 +86,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = [dataclasses.replace(s, memory_profile=args.memory_profile, device=args.device) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
-    if len(specs) > LARGE_RUN_TRIALS and not args.yes:
+    if len(specs) > LARGE_RUN_TRIALS and not args.yes and not args.plan:
         # Before resolving (which takes time per trial): a mistyped --seeds 0-100000 is questioned at once.
         confirm_plan(make_plan(specs, recorded=None, db_path=db_path, workers=worker_count(options.workers)), assume_yes=False)
         options = dataclasses.replace(options, assume_yes=True)
-    resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
+    from suite.trial import gpus_checked_where_trials_run
+
+    with gpus_checked_where_trials_run() if options.executor == "ray" else contextlib.nullcontext():
+        resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
+    todo, done = trials_to_run(resolved, db_path, options.retry_failed)
+    print_plan(args, [r.spec for r in todo], done=done, db_path=db_path)
+    if args.plan:
+        return 0
     tier = "custom" if args.steps else args.tier or study.tier
     try:
         summary = execute(resolved, db_path=db_path, study=study.name, tier=tier, options=options)
@@ -105,6 +116,25 @@ def cmd_run(args: argparse.Namespace) -> int:
             from suite.report.render import discard_prepared
 
             discard_prepared()  # a helper no report took (interrupted, or the report failed before its figures)
+
+
+def trials_to_run(resolved: list[Any], db_path: Path, retry_failed: str | None) -> tuple[list[Any], int]:
+    """The resolved trials a run would run (not recorded, or recorded failures run again with ``--retry-failed``),
+    one per key, and how many of the others are recorded: what :func:`suite.executors.execute` will find."""
+    from suite.store import ResultsStore
+
+    unique: dict[str, Any] = {}
+    for r in resolved:
+        unique.setdefault(r.key, r)
+    recorded: set[str] = set()
+    rerun: set[str] = set()
+    if db_path.is_file():
+        with ResultsStore(db_path) as store:
+            recorded = store.finished_keys() & unique.keys()
+            if retry_failed:
+                rerun = set(store.failed_trials(list(unique), retry_failed))
+    todo = [r for k, r in unique.items() if k not in recorded or k in rerun]
+    return todo, len(unique) - len(todo)
 
 
 def _print_finished(rec: dict[str, Any], tensorboard: str | None) -> None:

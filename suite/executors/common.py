@@ -187,6 +187,8 @@ class Died:
     task: Task
     failure_kind: str
     error: str
+    where: dict[str, Any] | None = None
+    """Where it ran, when the backend knows (a Ray node: kept in the failure record's ``provenance.ray``)."""
 
 
 Event = Started | Progress | Finished | Died
@@ -409,7 +411,10 @@ def drive(
                         continue  # a death during an interrupt is not a failure of the trial: it is not recorded
                     running.remove(task)
                     wall = time.monotonic() - (task.started or task.submitted)
-                    failed(task, failure_record(task.resolved, event.error, wall, failure_kind=event.failure_kind))
+                    record = failure_record(task.resolved, event.error, wall, failure_kind=event.failure_kind)
+                    if event.where is not None:
+                        record["provenance"] = {**record["provenance"], "ray": event.where}
+                    failed(task, record)
             now = time.monotonic()
             for task in list(running):
                 error = policy.timed_out(task, now)

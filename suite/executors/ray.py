@@ -56,6 +56,12 @@ machine is shared, so not Ray's default of 30% of the RAM."""
 
 INSTALL_HINT = "pip install -e '.[ray]' (ray 2.60.0)"
 
+CLUSTER_CHECK_S = 2.0
+CLUSTER_CHECKS = 3
+"""A cluster (``--address``) is gone when its GCS refuses connections this many checks in a row, this far apart: the
+run then ends in one line, its finished trials kept, instead of waiting for nodes that will not come back (Ray's
+driver itself gives up on a lost GCS only after a minute, by ending the process)."""
+
 
 def import_ray() -> Any:
     """The ``ray`` module, or a UserError saying how to install it."""
@@ -86,10 +92,12 @@ def _trial_task(spec: TrialSpec, ship_model: bool) -> Any:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the driver's to handle
+    where = placement()
+    on = f"on node {where['node_id'][:12]} at {where['host']}"
     try:
         resolved = spec.resolve()
-    except Exception as exc:  # noqa: BLE001  (resolved fine in the driver: this worker lacks something)
-        yield ("died", "worker_died", f"WorkerSetup: {type(exc).__name__}: {exc} (on {socket.gethostname()})")
+    except Exception as exc:  # noqa: BLE001  (resolved fine in the driver: this node lacks something, e.g. its GPU)
+        yield ("died", "worker_died", f"WorkerSetup: {type(exc).__name__}: {exc} ({on})", where)
         return
     tmp = tempfile.mkdtemp(prefix="suite-model-") if ship_model else None
     environ = {name: os.environ[name] for name in GPU_ENVIRON if name in os.environ}
@@ -104,10 +112,11 @@ def _trial_task(spec: TrialSpec, ship_model: bool) -> Any:
                 elif isinstance(event, Progress):
                     yield ("progress", event.steps)
                 elif isinstance(event, Died):
-                    yield ("died", event.failure_kind, event.error)
+                    yield ("died", event.failure_kind, f"{event.error} ({on})", where)
                     return
                 elif isinstance(event, Finished):
                     record = event.record
+                    record["provenance"] = {**(record.get("provenance") or {}), "ray": where}
                     model = Path(record["model_path"]).read_bytes() if tmp and record.get("model_path") else None
                     yield ("record", record, model)
                     return
@@ -115,6 +124,23 @@ def _trial_task(spec: TrialSpec, ship_model: bool) -> Any:
         backend.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def placement() -> dict[str, Any]:
+    """Where the calling Ray task runs, for its record's provenance (``provenance.ray``): the node (Ray's id, its
+    address, the host's name), the resources Ray assigned to the task, and its GPU ids (the devices Ray made
+    visible: ``CUDA_VISIBLE_DEVICES``, which the trial process inherits)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return {
+        "node_id": context.get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+        "host": socket.gethostname(),
+        "resources": {name: float(amount) for name, amount in context.get_assigned_resources().items()},
+        "gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
+        "visible_devices": {name: os.environ[name] for name in GPU_ENVIRON if name in os.environ},
+    }
 
 
 # ------------------------------------------------------------------------------------- private network
@@ -240,6 +266,26 @@ class RayBackend:
             num_cpus=trial_cpus, num_gpus=trial_gpus, name="suite_trial"
         )
         self._tasks: dict[Any, Task] = {}
+        self._address = address
+        self._gcs = _gcs_endpoint(ray) if address is not None else None
+        self._next_check, self._refused = time.monotonic() + CLUSTER_CHECK_S, 0
+
+    def _check_cluster(self) -> None:
+        """Raise UserError when the cluster has gone away (see :data:`CLUSTER_CHECKS`)."""
+        if self._gcs is None or time.monotonic() < self._next_check:
+            return
+        self._next_check = time.monotonic() + CLUSTER_CHECK_S
+        try:
+            socket.create_connection(self._gcs, timeout=CLUSTER_CHECK_S).close()
+            self._refused = 0
+        except OSError:
+            self._refused += 1
+        if self._refused >= CLUSTER_CHECKS:
+            self._gcs = None  # closing must not wait for it
+            raise UserError(
+                f"the Ray cluster at {self._address} went away (its GCS stopped answering); every finished trial is "
+                "saved: start the cluster again and run the same command to run the rest"
+            )
 
     def start(self, task: Task) -> Any:
         generator = self._remote.remote(task.resolved.spec, self._models_dir is not None)
@@ -248,6 +294,7 @@ class RayBackend:
 
     def poll(self, timeout: float) -> list[Event]:
         ray = self._ray
+        self._check_cluster()
         if not self._tasks:
             time.sleep(timeout)
             return []
@@ -281,7 +328,7 @@ class RayBackend:
         if kind == "progress":
             return Progress(task, item[1])
         if kind == "died":
-            return Died(task, item[1], item[2])
+            return Died(task, item[1], item[2], where=item[3] if len(item) > 3 else None)
         record, model = item[1], item[2]
         if model is not None and self._models_dir is not None:
             path = self._models_dir / model_filename(record["algo"], record["env_id"], record["seed"], record["key"])
@@ -312,6 +359,15 @@ class RayBackend:
 
     def _forget(self, generator: Any) -> None:
         self._tasks.pop(generator, None)
+
+
+def _gcs_endpoint(ray: Any) -> tuple[str, int] | None:
+    """(host, port) of the connected cluster's GCS, or None when Ray does not say (a ``ray://`` client)."""
+    try:
+        host, _, port = str(ray.get_runtime_context().gcs_address).rpartition(":")
+        return (host, int(port)) if host else None
+    except Exception:  # noqa: BLE001  (no address to watch: the run waits as Ray does)
+        return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,365 @@
+"""A real Ray cluster, started apart from the study's process as a user would: a head (``ray start --head``) and
+nodes joining it (``ray start --address``), on loopback, in a private temp dir, with ports of their own; studies run
+through the suite's CLI with ``--executor ray --address``.
+
+Covered: a plugin loads on the other node; a node killed mid-study (its trial re-run on a survivor, nothing lost, no
+duplicate); the driver killed and the same command resumed; ``--trial-gpus`` on the node that declares a GPU, the
+trial told its device; a paper-tier ``reproduce`` at a tiny budget merging like any other run; the whole cluster going
+away (one line, non-zero exit, finished trials kept). Each record says where it ran.
+
+Other processes on the machine use Ray too (xdist workers running tests/test_executor_ray.py, other checkouts), so
+nothing here runs ``ray stop``: each node is one ``ray start --block`` process in a session of its own, stopped by
+signalling it and its descendants. Every wait is on a condition (nodes alive in the GCS, records in the database).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed here: pip install -e '.[ray]' (ray 2.60.0)")
+
+from suite.store import ResultsStore  # noqa: E402
+from tests.test_executor import SUITE, assert_complete, assert_intact, recorded, wait_until  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RAY = str(Path(sys.executable).with_name("ray"))
+PLUGIN = ROOT / "examples" / "accelerated" / "ppo_logit_penalty.py"
+DEADLINE_S = 300.0
+"""Generous limit of every wait (the machine may be shared and loaded); a wait ends as soon as its condition holds."""
+
+SYSTEM_CONFIG = json.dumps({"health_check_period_ms": 500, "health_check_failure_threshold": 4})
+"""The head notices a dead node after ~2 s instead of Ray's default ~15 s."""
+
+
+NODE_IP = "127.0.0.2"
+"""The nodes' address: loopback (Linux routes all of 127.0.0.0/8 to ``lo``), but not 127.0.0.1, which ``ray start``
+replaces with the machine's network address."""
+QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Node:
+    """One ``ray start --block`` process (a Ray node) in its own session."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.node_id: str | None = None
+
+    def processes(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def running_trial(self) -> bool:
+        """Whether a Ray worker of this node is executing a trial task (Ray titles it ``ray::suite_trial``)."""
+        for p in self.processes():
+            with contextlib.suppress(psutil.Error):
+                if "suite_trial" in " ".join(p.cmdline()):
+                    return True
+        return False
+
+    def kill(self) -> None:
+        """SIGKILL the node and everything it started, as a machine that loses power."""
+        for p in self.processes():
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """End the node: SIGTERM (``ray start --block`` then stops its own services), and whatever is left killed."""
+        left = self.processes()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+class Cluster:
+    """A head on loopback (:data:`NODE_IP`) and nodes joining it, in a private temp dir; nothing else on the machine is
+    touched."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        # Ray's session paths end in Unix socket names: keep the prefix short (pytest's tmp paths can be long)
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
+        self.port = free_port()
+        self.address = f"{NODE_IP}:{self.port}"
+        self.env = {**os.environ, **QUIET}
+        self.nodes: list[Node] = []
+
+    def _start(self, name: str, extra: list[str], cpus: int, gpus: int) -> Node:
+        argv = [
+            RAY, "start", "--block", "--node-ip-address", NODE_IP, "--temp-dir", str(self.temp_dir),
+            "--num-cpus", str(cpus), "--num-gpus", str(gpus), "--disable-usage-stats",
+            "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--min-worker-port", "0", "--max-worker-port", "0", "--object-store-memory", str(100 * 2**20),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()), *extra,
+        ]  # fmt: skip
+        before = self.alive_nodes()
+        node = Node(argv, self.root / f"{name}.log", self.env)
+        self.nodes.append(node)
+
+        def joined() -> bool:
+            if node.proc.poll() is not None:
+                raise AssertionError(f"node {name} exited: {node.log.read_text()[-2000:]}")
+            return len(self.alive_nodes() - before) == 1
+
+        wait_until(joined, DEADLINE_S, f"node {name} to join ({node.log})")
+        (node.node_id,) = self.alive_nodes() - before
+        return node
+
+    def start_head(self, cpus: int = 1, gpus: int = 0) -> Node:
+        extra = ["--head", "--port", str(self.port), "--include-dashboard", "false",
+                 "--ray-client-server-port", str(free_port()), "--system-config", SYSTEM_CONFIG]  # fmt: skip
+        return self._start("head", extra, cpus, gpus)
+
+    def add_node(self, name: str, cpus: int = 1, gpus: int = 0) -> Node:
+        return self._start(name, ["--address", self.address], cpus, gpus)
+
+    def alive_nodes(self) -> set[str]:
+        """Ids of the nodes the GCS holds alive (none while there is no head)."""
+        if not self.nodes:
+            return set()
+        from ray._raylet import GcsClient
+
+        try:
+            client = GcsClient(address=self.address, cluster_id=None)
+            infos = client.get_all_node_info(timeout=5)
+        except Exception:  # noqa: BLE001  (the GCS is not up yet, or gone)
+            return set()
+        return {node_id.hex() for node_id, info in infos.items() if info.state == 0}  # ALIVE
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Head (1 CPU) and a second node (1 CPU, a declared GPU): both nodes run CPU trials; only the second GPU ones."""
+    c = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        c.start_head(cpus=1)
+        c.add_node("gpu-node", cpus=1, gpus=1)
+        yield c
+    finally:
+        c.stop()
+
+
+def suite(*args: str, cluster: Cluster, db: Path) -> list[str]:
+    return [*SUITE, *args, "--executor", "ray", "--address", cluster.address, "--db", str(db), "--quiet"]
+
+
+ENV = {**os.environ, **QUIET}
+
+
+def run(argv: list[str], timeout: float = DEADLINE_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
+
+
+def records(db: Path) -> list[dict[str, Any]]:
+    with ResultsStore(db) as store:
+        return [assert_complete(store, k) for k in sorted(store.finished_keys())]
+
+
+def rows(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def where(rec: dict[str, Any]) -> dict[str, Any]:
+    return rec["provenance"]["ray"]
+
+
+# ------------------------------------------------------------------------------------------------------ tests
+
+
+def test_a_plugin_loads_on_the_other_node_and_records_say_where_they_ran(cluster: Cluster, tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    argv = suite("run", "--plugin", str(PLUGIN), "--algo", "ppo-logit-penalty", "--env", "CartPole-v1", "--seeds", "0-1",
+                 "--steps", "1024", "--workers", "2", "--no-report", cluster=cluster, db=db)  # fmt: skip
+    done = run(argv)
+    assert done.returncode == 0, done.stderr
+    recs = records(db)
+    assert [(r["algo"], r["status"]) for r in recs] == [("ppo-logit-penalty", "ok")] * 2
+    # one CPU a node and two trials at a time: one ran on each node, the head's and the other
+    assert {where(r)["node_id"] for r in recs} == {n.node_id for n in cluster.nodes}
+    for r in recs:
+        assert where(r)["resources"] == {"CPU": 1.0} and where(r)["gpu_ids"] == [] and where(r)["node_ip"] == NODE_IP
+
+
+def test_trial_gpus_run_on_the_node_with_a_gpu_and_a_cuda_trial_fails_there_in_one_line(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    db = tmp_path / "g.db"
+    gpu_node = cluster.nodes[1]
+    common = ("--algo", "ppo", "--env", "TextMatch-v0", "--steps", "512", "--no-report", "--trial-gpus", "1")
+    done = run(suite("run", *common, "--seeds", "0-1", cluster=cluster, db=db))
+    assert done.returncode == 0, done.stderr
+    recs = records(db)
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    for r in recs:
+        assert where(r)["node_id"] == gpu_node.node_id
+        assert where(r)["resources"] == {"CPU": 1.0, "GPU": 1.0} and where(r)["gpu_ids"] == ["0"]
+        assert where(r)["visible_devices"]["CUDA_VISIBLE_DEVICES"] == "0"  # the trial process was told its GPU
+        assert r["provenance"]["device"] == "cpu"
+    # told cuda, on a node whose GPU is declared but absent: the trial fails where it ran, in one line, recorded
+    failing = run(suite("run", *common, "--seeds", "2", "--device", "cuda", "--max-retries", "0", cluster=cluster, db=db))
+    assert failing.returncode == 0, failing.stderr  # a failed trial is data
+    (rec,) = [r for r in records(db) if r["seed"] == 2]
+    assert (rec["status"], rec["failure_kind"]) == ("failed", "worker_died")
+    assert "sees no CUDA GPU" in rec["error"] and f"on node {gpu_node.node_id[:12]}" in rec["error"]
+    assert "\n" not in rec["error"] and where(rec)["node_id"] == gpu_node.node_id
+    assert "Traceback" not in failing.stderr
+
+
+def test_a_driver_killed_mid_study_resumes_with_the_same_command(cluster: Cluster, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    argv = suite("run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-3", "--steps", "2048", "--workers", "2",
+                 "--no-report", cluster=cluster, db=db)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=ROOT, env=ENV
+    )
+    try:
+        wait_until(lambda: len(recorded(db)) >= 1, DEADLINE_S, "a trial to be recorded")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    saved = {r["key"]: r for r in records(db)}
+    assert 1 <= len(saved) < 4
+    rerun = run(argv)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(saved)} already recorded, {4 - len(saved)} to run" in rerun.stderr  # resumed, not restarted
+    recs = records(db)
+    assert len(recs) == rows(db) == 4 and all((r["status"], r["attempts"]) == ("ok", 1) for r in recs)
+    for r in recs:
+        if r["key"] in saved:
+            assert r["ended_at"] == saved[r["key"]]["ended_at"]
+    assert_intact(db)
+
+
+def test_a_node_killed_mid_study_has_its_trial_rerun_on_a_survivor(cluster: Cluster, tmp_path: Path) -> None:
+    doomed = cluster.add_node("doomed", cpus=1)
+    db = tmp_path / "n.db"
+    argv = suite("run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-3", "--steps", "4096", "--workers", "3",
+                 "--no-report", cluster=cluster, db=db)  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+    try:
+        wait_until(doomed.running_trial, DEADLINE_S, "a trial to run on the doomed node")
+        doomed.kill()
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "retry" in err
+    recs = records(db)
+    assert len(recs) == rows(db) == 4 and all(r["status"] == "ok" for r in recs)
+    retried = [r for r in recs if r["attempts"] == 2]
+    assert len(retried) >= 1
+    survivors = {n.node_id for n in cluster.nodes if n is not doomed}
+    assert all(where(r)["node_id"] in survivors for r in retried)
+    assert cluster.alive_nodes() == survivors
+    assert_intact(db)
+
+
+CLAIMS = """
+name = "tiny-paper"
+title = "A paper-tier claim at a tiny budget"
+source = "a test"
+location = "table 1"
+stand_in = "a test stand-in"
+tier = "smoke"
+seeds = "0-1"
+
+[arms.ppo]
+algo = "ppo"
+
+[[rows]]
+label = "hello"
+env = "TextMatch-v0"
+budget = 400
+cells = [{ column = "PPO", arm = "ppo", claimed = 1.0 }]
+"""
+
+
+def test_a_paper_tier_reproduce_on_the_cluster_merges_like_any_other_run(cluster: Cluster, tmp_path: Path) -> None:
+    """--tier paper is each claim's own budget: 400 steps here. The records made on the cluster merge into a local
+    run's database: the same trials, the same outcomes (nothing added, nothing differing)."""
+    (tmp_path / "tiny.toml").write_text(CLAIMS)
+    db = tmp_path / "cluster.db"
+    argv = suite("reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "out"),
+                 cluster=cluster, db=db)  # fmt: skip
+    done = run(argv)
+    assert done.returncode == 0, done.stderr
+    assert "plan: 2 trials to run, 0 already done; 800 env steps" in done.stderr
+    verdicts = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert verdicts["tier"] == "paper"
+    recs = records(db)
+    assert [(r["budget"], r["status"]) for r in recs] == [(400, "ok")] * 2 and all(where(r)["node_id"] for r in recs)
+    local = tmp_path / "local.db"
+    here = run([*SUITE, "reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "local"),
+                "--db", str(local), "--quiet"])  # fmt: skip
+    assert here.returncode == 0, here.stderr
+    merged = run([*SUITE, "merge", str(db), "--db", str(local)])
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout.splitlines()[0] == f"{db}: 0 trials added, 2 already here with the same outcome"
+
+
+def test_a_cluster_that_goes_away_ends_the_study_in_one_line_keeping_finished_trials(cluster: Cluster, tmp_path: Path) -> None:
+    """Last in this file: it stops the module's cluster."""
+    db = tmp_path / "gone.db"
+    argv = suite("run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-7", "--steps", "2048", "--workers", "2",
+                 "--no-report", cluster=cluster, db=db)  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+    try:
+        wait_until(lambda: len(recorded(db)) >= 1, DEADLINE_S, "a trial to be recorded")
+        for node in reversed(cluster.nodes):
+            node.kill()
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [line for line in err.splitlines() if line.startswith("suite:")]
+    assert proc.returncode != 0 and lines == [err.strip().splitlines()[-1]], err
+    assert "went away" in lines[0] and "Traceback" not in err
+    recs = records(db)
+    assert 1 <= len(recs) < 8 and all(r["status"] == "ok" for r in recs)
+    assert_intact(db)
