@@ -82,7 +82,8 @@ def recorded_speeds(db_path: Path | None, pairs: Iterable[tuple[str, str]], clai
         try:
             pairs_held = records._conn.execute("SELECT DISTINCT algo, env_id FROM trials WHERE status = 'ok'")
             held = {(str(algo), str(env)) for algo, env in pairs_held}
-            models = trial_times(records) if missing & held else {}  # type: ignore[arg-type]  (the queries it reads)
+            # trial_times reads a store's speed_rows and evals, which _CommittedRecords has
+            models = trial_times(records) if missing & held else {}  # type: ignore[arg-type]
         except sqlite3.Error:
             continue  # not a records database of this schema: no speeds from it
         finally:
