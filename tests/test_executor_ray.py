@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -95,6 +96,8 @@ def test_records_are_identical_whichever_executor_ran_them(local_ray, tmp_path):
         spec = next(s for s in specs if s.key == record["key"])
         assert view == deterministic_view(run_trial(spec))
         assert Path(record["model_path"]).parent == tmp_path and Path(record["model_path"]).stat().st_size > 0
+        where = record["provenance"]["ray"]  # where it ran: this process's Ray node, one CPU, no GPU
+        assert (where["resources"], where["gpu_ids"], len(where["node_id"])) == ({"CPU": 1.0}, [], 56)
 
 
 def test_ray_worker_killed_mid_trial_is_retried_and_recorded_once(local_ray, tmp_path):
@@ -112,7 +115,9 @@ def test_ray_worker_killed_mid_trial_is_retried_and_recorded_once(local_ray, tmp
         run_trials([other], save=store.save_trial, backend=backend, max_retries=1, show_progress=False)
         failed = store.get_trial(other.key)
     assert (failed["status"], failed["failure_kind"], failed["attempts"]) == ("failed", "worker_died", 2)
-    assert failed["error"] == "WorkerDied: trial process killed by SIGKILL"  # seen on its node, as locally
+    # seen on its node, as locally, and the node named (in the line and in the record's provenance)
+    node = failed["provenance"]["ray"]["node_id"]
+    assert failed["error"] == f"WorkerDied: trial process killed by SIGKILL (on node {node[:12]} at {socket.gethostname()})"
     assert_intact(db)
 
 

@@ -12,6 +12,11 @@ Failures: a trial process that dies is classified on its node as locally (``work
 node's cgroup counted an OOM kill); a Ray worker that dies under the task is ``worker_died``, one killed by Ray's
 memory monitor (``OutOfMemoryError``) ``oom``; a trial past its timeout is cancelled with
 ``ray.cancel(force=True)``, which kills the Ray worker, and with it the trial process (it exits with its parent).
+A node that dies takes its tasks with it: Ray reports them failed (``worker_died``) and the policy starts them again
+on the nodes left. A cluster that goes away entirely (its GCS refuses connections, :data:`CLUSTER_CHECKS` times in a
+row) ends the run in one line, every finished trial saved. Every record says where it ran (``provenance.ray``,
+:func:`placement`), failures on a node too; a trial's device (``--device cuda``) is checked on its node, not by the
+driver, whose machine need not have the GPU (``docs/scaling.md``).
 
 Without an address Ray starts in this process (``ray.init(num_cpus=..., include_dashboard=False)``). Ray's
 services (GCS, raylet, object manager, every worker's gRPC server) listen on all interfaces whatever
