@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed here: pip install -e '.[ray]' (ray 2.60.0)")
 
+from suite.cli import main  # noqa: E402
 from suite.store import ResultsStore  # noqa: E402
 from tests.test_executor import SUITE, assert_complete, assert_intact, recorded, wait_until  # noqa: E402
 
@@ -49,7 +51,26 @@ SYSTEM_CONFIG = json.dumps({"health_check_period_ms": 500, "health_check_failure
 NODE_IP = "127.0.0.2"
 """The nodes' address: loopback (Linux routes all of 127.0.0.0/8 to ``lo``), but not 127.0.0.1, which ``ray start``
 replaces with the machine's network address."""
-QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
+ENV = {
+    **os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
+}  # fmt: skip
+"""Every process of the test cluster and every driver: token authentication with a token of this module's own (not
+``~/.ray/auth_token``, which an in-process Ray of another test may have written meanwhile, and which ``ray start``
+would then pick up on its own)."""
+
+WATCHER = """
+import json, sys
+from ray._raylet import GcsClient
+for _ in sys.stdin:
+    try:
+        infos = GcsClient(address=sys.argv[1], cluster_id=None).get_all_node_info(timeout=5)
+        alive = sorted(node_id.hex() for node_id, info in infos.items() if info.state == 0)
+    except Exception:
+        alive = []
+    print(json.dumps(alive), flush=True)
+"""
+"""Asked a line, answers the ids of the nodes the GCS holds alive (state ALIVE), as a JSON list: a process apart, so
+this one's Ray (token cache, environment) stays untouched for the in-process Ray tests of the same worker."""
 
 
 def free_port() -> int:
@@ -116,7 +137,8 @@ class Cluster:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
         self.port = free_port()
         self.address = f"{NODE_IP}:{self.port}"
-        self.env = {**os.environ, **QUIET}
+        self.env = ENV
+        self._watcher: subprocess.Popen[str] | None = None
         self.nodes: list[Node] = []
 
     def _start(self, name: str, extra: list[str], cpus: int, gpus: int) -> Node:
@@ -153,16 +175,20 @@ class Cluster:
         """Ids of the nodes the GCS holds alive (none while there is no head)."""
         if not self.nodes:
             return set()
-        from ray._raylet import GcsClient
-
-        try:
-            client = GcsClient(address=self.address, cluster_id=None)
-            infos = client.get_all_node_info(timeout=5)
-        except Exception:  # noqa: BLE001  (the GCS is not up yet, or gone)
-            return set()
-        return {node_id.hex() for node_id, info in infos.items() if info.state == 0}  # ALIVE
+        if self._watcher is None:
+            self._watcher = subprocess.Popen(
+                [sys.executable, "-c", WATCHER, self.address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, text=True, env=self.env,
+            )  # fmt: skip
+        assert self._watcher.stdin is not None and self._watcher.stdout is not None
+        self._watcher.stdin.write("?\n")
+        self._watcher.stdin.flush()
+        return set(json.loads(self._watcher.stdout.readline()))
 
     def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.kill()
+            self._watcher.wait()
         for node in reversed(self.nodes):
             node.stop()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -182,9 +208,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def suite(*args: str, cluster: Cluster, db: Path) -> list[str]:
     return [*SUITE, *args, "--executor", "ray", "--address", cluster.address, "--db", str(db), "--quiet"]
-
-
-ENV = {**os.environ, **QUIET}
 
 
 def run(argv: list[str], timeout: float = DEADLINE_S) -> subprocess.CompletedProcess[str]:
@@ -320,7 +343,9 @@ cells = [{ column = "PPO", arm = "ppo", claimed = 1.0 }]
 """
 
 
-def test_a_paper_tier_reproduce_on_the_cluster_merges_like_any_other_run(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_paper_tier_reproduce_on_the_cluster_merges_like_any_other_run(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--tier paper is each claim's own budget: 400 steps here. The records made on the cluster merge into a local
     run's database: the same trials, the same outcomes (nothing added, nothing differing)."""
     (tmp_path / "tiny.toml").write_text(CLAIMS)
@@ -334,13 +359,12 @@ def test_a_paper_tier_reproduce_on_the_cluster_merges_like_any_other_run(cluster
     assert verdicts["tier"] == "paper"
     recs = records(db)
     assert [(r["budget"], r["status"]) for r in recs] == [(400, "ok")] * 2 and all(where(r)["node_id"] for r in recs)
-    local = tmp_path / "local.db"
-    here = run([*SUITE, "reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "local"),
-                "--db", str(local), "--quiet"])  # fmt: skip
-    assert here.returncode == 0, here.stderr
-    merged = run([*SUITE, "merge", str(db), "--db", str(local)])
-    assert merged.returncode == 0, merged.stderr
-    assert merged.stdout.splitlines()[0] == f"{db}: 0 trials added, 2 already here with the same outcome"
+    local = tmp_path / "local.db"  # the same claims run here by the local executor (in this process: no Ray)
+    argv = ["reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "local"), "--db", str(local)]
+    assert main([*argv, "--quiet", "--workers", "2"]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(db), "--db", str(local)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{db}: 0 trials added, 2 already here with the same outcome"
 
 
 def test_a_cluster_that_goes_away_ends_the_study_in_one_line_keeping_finished_trials(cluster: Cluster, tmp_path: Path) -> None:
