@@ -153,7 +153,9 @@ class RunPlan:
             return out
         by_source = Counter(src for src, s in zip(self.sources, self.seconds, strict=True) if math.isfinite(s))
         where = "; ".join(f"{n:,} from {src}" for src, n in by_source.most_common())
-        text = f"  core-hours: {self.core_hours():.2f} (speeds recorded: {where})"
+        hours = self.core_hours()
+        shown = f"{hours:.2f}" if hours >= 0.01 else "< 0.01"
+        text = f"  core-hours: {shown} (speeds recorded: {where})"
         if known < self.to_run:
             text += f"; plus {self.to_run - known:,} trials with no recorded speed ({', '.join(self.unknown)}): unknown"
         out.append(text)

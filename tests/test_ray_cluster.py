@@ -384,6 +384,8 @@ def test_a_cluster_that_goes_away_ends_the_study_in_one_line_keeping_finished_tr
     lines = [line for line in err.splitlines() if line.startswith("suite:")]
     assert proc.returncode != 0 and lines == [err.strip().splitlines()[-1]], err
     assert "went away" in lines[0] and "Traceback" not in err
+    other = [line for line in err.splitlines() if line.strip() and not line.startswith(("plan:", "  ", "study ", "suite:"))]
+    assert other == [], err  # nothing from Ray's own logging
     recs = records(db)
     assert 1 <= len(recs) < 8 and all(r["status"] == "ok" for r in recs)
     assert_intact(db)

@@ -253,7 +253,9 @@ class RayBackend:
             self._shutdown = start_local_ray(worker_count(workers) * int(max(1, trial_cpus)))
         else:
             try:
-                ray.init(address=address, logging_level=logging.ERROR, configure_logging=True)
+                # log_to_driver off: the cluster's own processes (its GCS, other jobs' workers) would print here;
+                # a trial's outcome and errors come back in its record
+                ray.init(address=address, logging_level=logging.ERROR, configure_logging=True, log_to_driver=False)
             except Exception as exc:  # noqa: BLE001  (any failure to connect is the user's address or cluster)
                 raise UserError(f"cannot connect to the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
             self._shutdown = ray.shutdown
