@@ -25,7 +25,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("suite.algorithms", "suite.accel"),
     ("suite.plugins",),
     ("suite.trial",),
-    ("suite.study", "suite.executors", "suite.profile", "suite.parity", "suite.api"),
+    ("suite.study", "suite.plan", "suite.executors", "suite.profile", "suite.parity", "suite.api"),
     ("suite.report", "suite.claims", "suite.regress"),
     ("suite.cli",),
 )  # fmt: skip
