@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from suite.cli import catalog, evaluate, profile, regress, report, reproduce, results, run
+from suite.cli import catalog, evaluate, migrate, profile, regress, report, reproduce, results, run
 from suite.cli.options import EXIT_INTERRUPTED, EXIT_USAGE, Parser
 from suite.errors import UserError
 from suite.interrupts import Interrupted, interrupts_after, raising_interrupts
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_parser(sub)
     run.add_parser(sub)
     results.add_parsers(sub)
+    migrate.add_parser(sub)
     report.add_parser(sub)
     reproduce.add_parser(sub)
     evaluate.add_parser(sub)
@@ -39,6 +40,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": results.cmd_status,
     "export": results.cmd_export,
     "merge": results.cmd_merge,
+    "migrate": migrate.cmd_migrate,
     "report": report.cmd_report,
     "reproduce": reproduce.cmd_reproduce,
     "evaluate": evaluate.cmd_evaluate,

@@ -56,6 +56,15 @@ def add_exec(p: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help=f"start a run of more than {1000:,} trials without asking")
 
 
+def add_full_updates(p: argparse.ArgumentParser) -> None:
+    """``--full-updates``: keep every update's diagnostics (``run``, ``reproduce``)."""
+    p.add_argument(
+        "--full-updates", action="store_true",
+        help="keep one row of diagnostics per update; default: a trial with more than 1,000 updates keeps 1,000 bins "
+        "(mean/min/max, first and last update and step); recorded per trial, and 'suite migrate' leaves such rows",
+    )  # fmt: skip
+
+
 def add_device(p: argparse.ArgumentParser) -> None:
     """``--device``: where the algorithms' networks run (``run``, ``reproduce``, ``evaluate``)."""
     p.add_argument(
@@ -121,7 +130,7 @@ def exec_options(args: argparse.Namespace, on_finish: Any) -> Any:
         executor=args.executor, workers=args.workers, address=args.address, trial_gpus=args.trial_gpus,
         max_retries=args.max_retries, trial_timeout=args.trial_timeout, retry_failed=args.retry_failed,
         save_models=not getattr(args, "no_save_models", False), show_progress=not args.quiet, assume_yes=args.yes,
-        on_finish=on_finish,
+        on_finish=on_finish, full_updates=getattr(args, "full_updates", False),
     )  # fmt: skip
 
 

@@ -10,7 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suite.cli.options import add_db, add_device, add_exec, add_plan, add_plugin, exec_options, print_plan, signal_name
+from suite.cli.options import (
+    add_db,
+    add_device,
+    add_exec,
+    add_full_updates,
+    add_plan,
+    add_plugin,
+    exec_options,
+    print_plan,
+    signal_name,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -34,6 +44,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device(p)
     add_exec(p)
+    add_full_updates(p)
     add_plugin(p)
     add_plan(p)
     add_db(p)

@@ -13,6 +13,7 @@ from suite.cli.options import (
     add_db,
     add_device,
     add_exec,
+    add_full_updates,
     add_memory_profile,
     add_plan,
     add_plugin,
@@ -45,6 +46,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard event files per trial under DIR")
     add_plugin(p)
     add_exec(p)
+    add_full_updates(p)
     add_memory_profile(p)
     add_plan(p)
     add_db(p)

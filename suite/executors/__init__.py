@@ -15,6 +15,7 @@ The same trial gives the same record (``suite.trial.deterministic_view``) whiche
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -76,6 +77,8 @@ class ExecOptions:
     """Progress bar with ETA on stderr."""
     assume_yes: bool = False
     """Start a run above :data:`LARGE_RUN_TRIALS` without asking."""
+    full_updates: bool = False
+    """Keep every update's diagnostics instead of at most :data:`suite.store.schema.UPDATE_BINS` bins."""
     print_table: bool = True
     """Print the per-(algorithm, env) summary table on stdout at the end."""
     on_finish: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
@@ -357,7 +360,7 @@ def execute(
             run_id = store.begin_run(" ".join(sys.argv)[:500])
             try:
                 summary = drive(
-                    tasks, backend, save=store.save_trial,
+                    tasks, backend, save=functools.partial(store.save_trial, full_updates=options.full_updates),
                     policy=Policy(max_retries=options.max_retries, trial_timeout=options.trial_timeout),
                     interrupted=interrupted, coordination=(store, run_id), show_progress=options.show_progress,
                     on_finish=options.on_finish, skipped=len(keys) - len(todo), on_spare_worker=options.on_spare_worker,

@@ -12,6 +12,7 @@ from typing import Self
 import suite
 from suite.errors import UserError
 from suite.provenance import utc_now_iso
+from suite.store.legacy import upgrade_series_tables
 from suite.store.schema import (
     APPLICATION_ID,
     BUSY_TIMEOUT_S,
@@ -133,13 +134,18 @@ class StoreConnection:
                     conn.execute(statement)
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
-        """Add the trial columns of later schema versions (nullable), in one transaction, then bump the version."""
+        """Bring an older file to :data:`SCHEMA_VERSION` in one transaction: add the trial columns of later versions
+        (nullable), rewrite the series tables of a version-1/2 file in version 3's compressed layout (losslessly:
+        every update row is kept), then bump the version."""
         with immediate(conn):
-            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:  # another process may have won
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version < SCHEMA_VERSION:  # another process may have won
                 have = {row[1] for row in conn.execute("PRAGMA table_info(trials)")}
                 for name, kind in TRIAL_COLUMNS.items():
                     if name not in have:
                         conn.execute(f"ALTER TABLE trials ADD COLUMN {name} {SQL_TYPES[kind]}")
+                if version < 3:
+                    upgrade_series_tables(conn)
                 conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 

@@ -9,7 +9,17 @@ from typing import Any
 from suite.store.coordination import RunCoordination
 from suite.store.export import StoreExport
 from suite.store.merge import StoreMerge
-from suite.store.records import INSERT_TRIAL, encode_curve, encode_evals, encode_trial, encode_updates
+from suite.store.records import (
+    INSERT_TRIAL,
+    bin_update_rows,
+    decode_updates_row,
+    encode_curve,
+    encode_evals,
+    encode_trial,
+    encode_updates,
+    updates_row,
+)
+from suite.store.schema import UPDATE_BINS
 
 
 class ResultsStore(StoreExport, StoreMerge, RunCoordination):
@@ -24,7 +34,7 @@ class ResultsStore(StoreExport, StoreMerge, RunCoordination):
 
     # ------------------------------------------------------------------ writing
 
-    def save_trial(self, record: Mapping[str, Any]) -> None:
+    def save_trial(self, record: Mapping[str, Any], *, full_updates: bool = False) -> None:
         """Record one finished trial (any status), replacing an existing trial with the same key.
 
         The trial row, curve, evaluations and update metrics are written in one transaction (see the module
@@ -39,6 +49,9 @@ class ResultsStore(StoreExport, StoreMerge, RunCoordination):
                 ``{"step", "final", "returns", "lengths"}``, ``updates`` a list of dicts with ``update``,
                 ``step`` and float metrics (metrics may differ between updates; absent ones read back as NaN).
                 An evaluation with no episodes leaves no rows, so it does not read back.
+            full_updates: keep every update's row; by default a trial with more than
+                :data:`~suite.store.schema.UPDATE_BINS` updates keeps that many bins (mean/min/max of each
+                diagnostic, first and last update and step exact; see :meth:`update_bins`).
 
         Raises:
             ValueError: the record has unknown or missing fields, a bad status, or malformed series. This is
@@ -48,25 +61,25 @@ class ResultsStore(StoreExport, StoreMerge, RunCoordination):
         key = trial_row[0]
         # Encode everything before taking the lock, so the transaction only does I/O.
         curve_row = (key, *encode_curve(record.get("curve")))
-        eval_rows = encode_evals(key, record.get("evals"))
-        update_row = (key, *encode_updates(record.get("updates")))
+        eval_row = (key, *encode_evals(record.get("evals")))
+        update_row = (key, *encode_updates(record.get("updates"), full=full_updates))
 
         with self._transaction() as conn:
             for table in ("curves", "evals", "updates", "trials", "claims"):
                 conn.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
             conn.execute(INSERT_TRIAL, trial_row)
-            self._write_series(conn, curve_row, eval_rows, update_row)
+            self._write_series(conn, curve_row, eval_row, update_row)
 
     def _write_series(
         self,
         conn: sqlite3.Connection,
         curve_row: tuple[Any, ...],
-        eval_rows: list[tuple[Any, ...]],
+        eval_row: tuple[Any, ...],
         update_row: tuple[Any, ...],
     ) -> None:
         # A separate method so the crash-safety tests can kill the process between the trial row and its series.
-        conn.execute("INSERT INTO curves VALUES (?, ?, ?, ?, ?)", curve_row)
-        conn.executemany("INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?)", eval_rows)
+        conn.execute("INSERT INTO curves VALUES (?, ?, ?)", curve_row)
+        conn.execute("INSERT INTO evals VALUES (?, ?, ?)", eval_row)
         conn.execute("INSERT INTO updates VALUES (?, ?, ?, ?, ?, ?)", update_row)
 
     def add_to_study(self, study: str, keys: Iterable[str], tier: str | None = None) -> None:
@@ -75,3 +88,38 @@ class ResultsStore(StoreExport, StoreMerge, RunCoordination):
         rows = [(study, k, tier) for k in keys]
         with self._transaction() as conn:
             conn.executemany("INSERT OR REPLACE INTO study_trials (study, key, tier) VALUES (?, ?, ?)", rows)
+
+    # ------------------------------------------------------------------ migrating
+
+    def bin_updates(self, bins: int = UPDATE_BINS) -> tuple[int, int, int]:
+        """Bin the update rows of every trial that keeps more than ``bins`` of them one per update (resolution
+        ``every``: recorded before binning existed); rows kept on request (``full``) are left as they are.
+
+        The one lossy step of ``suite migrate``: each such trial keeps ``bins`` rows of consecutive updates with the
+        mean, minimum and maximum of every diagnostic and the first and last update and step exact (see
+        :func:`suite.store.records.bin_update_rows`); its trial row, curve and evaluations are not touched. One
+        transaction per trial, so an interrupted call keeps what it did and a second call finishes the rest.
+
+        Returns:
+            ``(trials binned, update rows before, rows after)``.
+        """
+        keys = [k for (k,) in self._conn.execute(
+            "SELECT key FROM updates WHERE resolution = 'every' AND n > ? ORDER BY key", (bins,)
+        ).fetchall()]  # fmt: skip
+        before = after = 0
+        for key in keys:
+            with self._transaction() as conn:
+                row = conn.execute(
+                    "SELECT n, resolution, metrics, data FROM updates WHERE key = ? AND resolution = 'every' AND n > ?",
+                    (key, bins),
+                ).fetchone()
+                if row is None:  # another process binned it meanwhile
+                    continue
+                binned = bin_update_rows(decode_updates_row(*row), bins)
+                conn.execute(
+                    "UPDATE updates SET n = ?, n_updates = ?, resolution = ?, metrics = ?, data = ? WHERE key = ?",
+                    (*updates_row(binned), key),
+                )
+                before += row[0]
+                after += binned.n
+        return len(keys), before, after

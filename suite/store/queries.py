@@ -10,8 +10,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from suite.store.connection import StoreConnection
-from suite.store.records import as_list, concat, evals_to_records, key_filter, repeat_keys, trials_frame
-from suite.store.schema import ENV_FAILURE_KINDS, F8, I8, TRIAL_COLUMNS
+from suite.store.records import (
+    UpdateRows,
+    as_list,
+    curve_layout,
+    decode_evals,
+    decode_updates_row,
+    evals_to_records,
+    key_filter,
+    repeat_keys,
+    trials_frame,
+    unpack_arrays,
+)
+from suite.store.schema import ENV_FAILURE_KINDS, TRIAL_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,18 +176,15 @@ class StoreQueries(StoreConnection):
         import pandas as pd
 
         where, params = key_filter(keys)
-        rows = self._conn.execute(
-            f"SELECT key, n, step_i8, return_f8, length_i8 FROM curves{where} ORDER BY key", params
-        ).fetchall()
-        counts = [row[1] for row in rows]
+        rows = self._conn.execute(f"SELECT key, n, data FROM curves{where} ORDER BY key", params).fetchall()
+        columns = [unpack_arrays(blob, curve_layout(n)) for _, n, blob in rows]
         return pd.DataFrame(
             {
-                "key": repeat_keys([row[0] for row in rows], counts),
-                "step": concat([row[2] for row in rows], I8),
-                "return": concat([row[3] for row in rows], F8),
-                "length": concat([row[4] for row in rows], I8),
+                "key": repeat_keys([row[0] for row in rows], [row[1] for row in rows]),
+                **{name: _concat([c[j] for c in columns], dtype) for j, (name, dtype) in
+                   enumerate((("step", np.int64), ("return", np.float64), ("length", np.int64)))},
             }
-        )
+        )  # fmt: skip
 
     def evals(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """Evaluation episodes in long format.
@@ -193,25 +201,28 @@ class StoreQueries(StoreConnection):
         import pandas as pd
 
         where, params = key_filter(keys)
-        rows = self._conn.execute(
-            f'SELECT key, step, final, episode, "return", length, wall_time_s FROM evals{where} ORDER BY key, idx, episode',
-            params,
-        ).fetchall()
-        frame = pd.DataFrame.from_records(rows, columns=["key", "step", "final", "episode", "return", "length", "wall_time_s"])
-        return frame.astype(
+        rows = self._conn.execute(f"SELECT key, n, data FROM evals{where} ORDER BY key", params).fetchall()
+        columns = [decode_evals(n, blob) for _, n, blob in rows]
+        names = (("step", np.int64, 1), ("final", bool, 2), ("episode", np.int64, 3), ("return", np.float64, 4),
+                 ("length", np.float64, 5), ("wall_time_s", np.float64, 6))  # fmt: skip
+        return pd.DataFrame(
             {
-                "key": object,
-                "step": "int64",
-                "final": bool,
-                "episode": "int64",
-                "return": "float64",
-                "length": "float64",
-                "wall_time_s": "float64",
+                "key": repeat_keys([row[0] for row in rows], [row[1] for row in rows]),
+                **{name: _concat([c[j] for c in columns], dtype) for name, dtype, j in names},
             }
         )
 
+    def _update_rows(self, keys: Iterable[str] | None) -> list[tuple[str, UpdateRows]]:
+        where, params = key_filter(keys)
+        rows = self._conn.execute(f"SELECT key, n, resolution, metrics, data FROM updates{where} ORDER BY key", params)
+        return [(key, decode_updates_row(*row)) for key, *row in rows]
+
     def updates(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
-        """Per-update training metrics, one row per gradient update phase.
+        """Per-update training metrics: one row per update, or per bin of consecutive updates where the trial's
+        diagnostics were binned (see :data:`suite.store.schema.UPDATE_BINS`).
+
+        A bin's row carries its last update number and env step and the mean of each diagnostic over its updates;
+        :meth:`update_bins` adds the bin's first update and step, its size, and each diagnostic's minimum and maximum.
 
         Args:
             keys: trial keys to load; None loads all.
@@ -222,30 +233,43 @@ class StoreQueries(StoreConnection):
         """
         import pandas as pd
 
-        where, params = key_filter(keys)
-        rows = self._conn.execute(
-            f"SELECT key, n, metrics, update_i8, step_i8, values_f8 FROM updates{where} ORDER BY key", params
-        ).fetchall()
-        counts = [row[1] for row in rows]
-        total = sum(counts)
-        columns: dict[str, np.ndarray] = {}
-        offset = 0
-        for _, n, metrics_json, _, _, values_blob in rows:
-            metrics = json.loads(metrics_json)
-            values = np.frombuffer(values_blob, dtype=F8).reshape(n, len(metrics))
-            for j, name in enumerate(metrics):
-                if name not in columns:
-                    columns[name] = np.full(total, np.nan)
-                columns[name][offset : offset + n] = values[:, j]
-            offset += n
-        return pd.DataFrame(
+        loaded = self._update_rows(keys)
+        frame = pd.DataFrame(
             {
-                "key": repeat_keys([row[0] for row in rows], counts),
-                "update": concat([row[3] for row in rows], I8),
-                "step": concat([row[4] for row in rows], I8),
-                **columns,
+                "key": repeat_keys([key for key, _ in loaded], [rows.n for _, rows in loaded]),
+                "update": _concat([rows.update_last for _, rows in loaded], np.int64),
+                "step": _concat([rows.step_last for _, rows in loaded], np.int64),
             }
         )
+        return frame.assign(**_metric_columns(loaded, "mean", ""))
+
+    def update_bins(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
+        """Per-update training metrics with each row's extent and spread: what :meth:`updates` gives, in full.
+
+        Args:
+            keys: trial keys to load; None loads all.
+
+        Returns:
+            Columns ``key`` (str), ``update_first``, ``update_last``, ``step_first``, ``step_last``, ``bin_size``
+            (int64: the updates the row stands for, 1 where every update has its own row), then per metric
+            ``<name>`` (the mean over the row's updates), ``<name>_min`` and ``<name>_max`` (float64; NaN where a
+            trial did not log that metric).
+        """
+        import pandas as pd
+
+        loaded = self._update_rows(keys)
+        ints = {
+            name: _concat([getattr(rows, attr) for _, rows in loaded], np.int64)
+            for name, attr in (("update_first", "update_first"), ("update_last", "update_last"),
+                               ("step_first", "step_first"), ("step_last", "step_last"), ("bin_size", "count"))
+        }  # fmt: skip
+        frame = pd.DataFrame({"key": repeat_keys([key for key, _ in loaded], [rows.n for _, rows in loaded]), **ints})
+        stats = {}
+        for metric in _metric_names(loaded):
+            stats[metric] = _metric_columns(loaded, "mean", "", only=metric)[metric]
+            stats[f"{metric}_min"] = _metric_columns(loaded, "minimum", "_min", only=metric)[f"{metric}_min"]
+            stats[f"{metric}_max"] = _metric_columns(loaded, "maximum", "_max", only=metric)[f"{metric}_max"]
+        return frame.assign(**stats)
 
     def get_trial(self, key: str) -> dict[str, Any] | None:
         """The full record of one trial, in the shape :meth:`save_trial` accepted, or None if absent.
@@ -263,6 +287,7 @@ class StoreQueries(StoreConnection):
             if kind in ("int", "real"):
                 value = None if pd.isna(value) else (int(value) if kind == "int" else float(value))
             record[name] = value
+        # A binned trial's updates read back as one entry per bin (its last update and step, each diagnostic's mean).
         curve = self.curves([key])
         record["curve"] = {name: curve[name].tolist() for name in ("step", "return", "length")}
         record["evals"] = evals_to_records(self._conn, key)
@@ -288,3 +313,32 @@ class StoreQueries(StoreConnection):
         ).fetchall()
         frame = pd.DataFrame.from_records(rows, columns=["study", "algo", "env_label", "status", "n"])
         return frame.astype({"n": "int64"})
+
+
+def _concat(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.array([], dtype=dtype)
+
+
+def _metric_names(loaded: list[tuple[str, UpdateRows]]) -> list[str]:
+    names: dict[str, None] = {}
+    for _, rows in loaded:
+        names.update(dict.fromkeys(rows.metrics))
+    return list(names)
+
+
+def _metric_columns(
+    loaded: list[tuple[str, UpdateRows]], stat: str, suffix: str, only: str | None = None
+) -> dict[str, np.ndarray]:
+    """One float64 column per metric (``only``: that one) of the ``stat`` matrices, NaN where a trial lacks it."""
+    total = sum(rows.n for _, rows in loaded)
+    columns: dict[str, np.ndarray] = {}
+    for name in [only] if only is not None else _metric_names(loaded):
+        columns[name + suffix] = np.full(total, np.nan)
+    offset = 0
+    for _, rows in loaded:
+        values = getattr(rows, stat)
+        for j, name in enumerate(rows.metrics):
+            if name + suffix in columns:
+                columns[name + suffix][offset : offset + rows.n] = values[:, j]
+        offset += rows.n
+    return columns

@@ -14,10 +14,12 @@ import numpy as np
 APPLICATION_ID = 0x524C5354
 """``PRAGMA application_id`` of a results database: ASCII ``RLST``; tells our files from other SQLite files."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """``PRAGMA user_version`` of databases this module writes; a file with a larger one was written by a newer suite.
-Version 2 added the trial columns ``attempts``, ``failure_kind``, ``phases`` and ``metrics``; a version-1 file is
-upgraded in place when opened (columns are only ever added, so the upgrade is one ``ALTER TABLE`` per column)."""
+Version 2 added the trial columns ``attempts``, ``failure_kind``, ``phases`` and ``metrics`` (one ``ALTER TABLE`` per
+column). Version 3 stores each trial's curve, evaluations and update diagnostics as one compressed blob per table,
+and the update diagnostics at most :data:`UPDATE_BINS` binned rows by default. An older file is upgraded in place
+when opened, losslessly (every update row kept; ``suite migrate`` bins them)."""
 
 FORMAT_NAME = "rl-suite-results"
 
@@ -26,7 +28,7 @@ DEFAULT_DB_PATH = Path("results") / "suite.db"
 
 DB_ENV_VAR = "SUITE_DB"
 
-TABLES: tuple[str, ...] = ("trials", "curves", "evals", "updates")
+TABLES: tuple[str, ...] = ("trials", "curves", "evals", "updates", "update_bins")
 """Tables :meth:`ResultsStore.export` can write."""
 
 EXPORT_SUFFIXES: tuple[str, ...] = (".csv", ".parquet")
@@ -93,6 +95,29 @@ RECORD_FIELDS: frozenset[str] = frozenset(TRIAL_COLUMNS) | SERIES_FIELDS
 SQL_TYPES = {"text": "TEXT", "int": "INTEGER", "real": "REAL", "json": "TEXT"}
 NOT_NULL = (REQUIRED | frozenset(JSON_DEFAULTS)) - ADDED_IN_V2
 
+UPDATE_BINS = 1000
+"""Most update rows a trial keeps by default: a trial with more updates keeps this many bins of consecutive updates,
+each with the mean, minimum and maximum of every diagnostic and its first and last update number and env step (as
+TensorBoard and W&B downsample), so a record's size grows with trials, not with the steps trained."""
+
+RESOLUTIONS: dict[str, str] = {
+    "every": "one row per update, exact (at most UPDATE_BINS updates, or kept from an older schema until `suite migrate`)",
+    "full": "one row per update, exact, kept on request (--full-updates); `suite migrate` leaves it",
+    "binned": "at most UPDATE_BINS rows of consecutive updates: float32 mean/min/max, first/last update and step exact",
+}
+"""The ``resolution`` of a trial's ``updates`` row, and what each keeps."""
+
+SERIES_STATEMENTS: dict[str, str] = {
+    # One row per trial, its series in one compressed blob (see suite.store.records.pack_arrays): a trial's row is
+    # read in one go, and one blob a row wastes at most one overflow page's slack per trial.
+    "curves": "CREATE TABLE curves (key TEXT PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL)",
+    "evals": "CREATE TABLE evals (key TEXT PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL)",
+    # n: rows kept; n_updates: updates done; resolution: see RESOLUTIONS. metrics: JSON list of the diagnostic names.
+    "updates": "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, n_updates INTEGER NOT NULL,"
+    " resolution TEXT NOT NULL, metrics TEXT NOT NULL, data BLOB NOT NULL)",
+}
+"""The series tables of schema version 3."""
+
 SCHEMA_STATEMENTS: tuple[str, ...] = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE trials ("
@@ -102,17 +127,12 @@ SCHEMA_STATEMENTS: tuple[str, ...] = (
     )
     + f", CHECK (status IN ({', '.join(repr(s) for s in STATUSES)})))",
     "CREATE INDEX trials_by_group ON trials (study, algo, env_label)",
-    "CREATE TABLE curves (key TEXT PRIMARY KEY, n INTEGER NOT NULL,"
-    " step_i8 BLOB NOT NULL, return_f8 BLOB NOT NULL, length_i8 BLOB NOT NULL)",
-    # WITHOUT ROWID clusters a trial's eval episodes together on disk, so loading by key is a range scan.
-    "CREATE TABLE evals (key TEXT NOT NULL, idx INTEGER NOT NULL, step INTEGER NOT NULL, final INTEGER NOT NULL,"
-    ' episode INTEGER NOT NULL, "return" REAL, length INTEGER, wall_time_s REAL,'
-    " PRIMARY KEY (key, idx, episode)) WITHOUT ROWID",
+    SERIES_STATEMENTS["curves"],
+    SERIES_STATEMENTS["evals"],
     # Study membership: a trial already recorded (by another study or an ad-hoc run) is skipped when a study
     # needs it again, but it belongs to that study's results too.
     "CREATE TABLE study_trials (study TEXT NOT NULL, key TEXT NOT NULL, tier TEXT, PRIMARY KEY (study, key)) WITHOUT ROWID",
-    "CREATE TABLE updates (key TEXT PRIMARY KEY, n INTEGER NOT NULL, metrics TEXT NOT NULL,"
-    " update_i8 BLOB NOT NULL, step_i8 BLOB NOT NULL, values_f8 BLOB NOT NULL)",
+    SERIES_STATEMENTS["updates"],
 )
 COORDINATION_SCHEMA: dict[str, str] = {
     "runs": "CREATE TABLE runs (run_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, proc_start REAL,"
@@ -124,6 +144,7 @@ OUR_TABLES = frozenset({"meta", "trials", "curves", "evals", "updates", "study_t
 
 I8 = np.dtype("<i8")
 F8 = np.dtype("<f8")
+F4 = np.dtype("<f4")
 
 
 def default_db_path(path: str | os.PathLike[str] | None = None) -> Path:
