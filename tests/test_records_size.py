@@ -246,3 +246,23 @@ def test_suite_migrate_bad_path_is_one_line_and_exit_2(tmp_path: Path, capsys: p
     assert "is not a rl-suite results database" in capsys.readouterr().err
     with pytest.raises(UserError):
         ResultsStore(tmp_path / "nope.db", create=False)
+
+
+def test_claim_metrics_count_updates_by_number_on_binned_rows() -> None:
+    """``first_update_at_max`` and ``first_eval_at_max`` read update numbers, so binned rows give the bin's last
+    update (exact to the bin) where positions would give the bin's index."""
+    import pandas as pd
+
+    from suite.claims.metrics import RunData, get_metric
+
+    trial = {"env_id": "TextMatch-v0", "env_kwargs": {"target": "hello"}, "final_eval_mean": 5.0}
+    bins = pd.DataFrame({"update": [10, 20, 30], "step": [400, 800, 1200], "loss": [0.3, 0.2, 0.1]})
+    run = RunData(
+        trial=trial, eval_steps=np.array([500.0, 1000.0]), eval_means=np.array([2.0, 5.0]),
+        curve_steps=np.array([300.0, 700.0]), curve_returns=np.array([1.0, 5.0]),
+        update_steps=np.array([400.0, 800.0, 1200.0]), updates=bins,
+    )  # fmt: skip
+    # the 5.0 episode ended at step 700, trained on by an update of the second bin (updates 11-20): its last, 20
+    assert get_metric("first_update_at_max").per_run(run, {}) == 20.0
+    # the evaluation at step 1000 ran after the bins ending at steps 400 and 800: 20 updates
+    assert get_metric("first_eval_at_max").per_run(run, {}) == 20.0

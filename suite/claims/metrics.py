@@ -159,7 +159,7 @@ def _first_update_at_max(run: RunData, params: Mapping[str, Any]) -> float:
         return math.inf
     step = run.curve_steps[hits[0]]
     # The episode ended at env step `step`; it was trained on by the first update at or after that step.
-    return float(np.searchsorted(run.update_steps, step, side="left") + 1)
+    return _update_number(run, int(np.searchsorted(run.update_steps, step, side="left")))
 
 
 def _first_eval_at_max(run: RunData, params: Mapping[str, Any]) -> float:
@@ -168,7 +168,17 @@ def _first_eval_at_max(run: RunData, params: Mapping[str, Any]) -> float:
     if not hits.size:
         return math.inf
     # An evaluation at env step s ran after every update at or before s.
-    return float(np.searchsorted(run.update_steps, run.eval_steps[hits[0]], side="right"))
+    rows_before = int(np.searchsorted(run.update_steps, run.eval_steps[hits[0]], side="right"))
+    return _update_number(run, rows_before - 1) if rows_before else 0.0
+
+
+def _update_number(run: RunData, row: int) -> float:
+    """The update number of the run's ``row``-th update row (0-based): ``row + 1`` where every update has its row (updates
+    are numbered from 1); for binned rows the bin's last update, so the answer is exact to the bin."""
+    numbers = run.updates["update"] if "update" in run.updates.columns else None
+    if numbers is None or len(numbers) != run.update_steps.size or row >= len(numbers):
+        return float(row + 1)
+    return float(numbers.iloc[row])
 
 
 def _early_stop_update(run: RunData, params: Mapping[str, Any]) -> float:

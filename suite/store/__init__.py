@@ -16,25 +16,31 @@ Guarantees:
       ``PRAGMA user_version`` = :data:`SCHEMA_VERSION`; any other file is refused with a :class:`UserError`, and
       is never modified.
 
-Schema (version 2):
+Schema (version 3):
     ``meta(name, value)``
         ``format`` = ``rl-suite-results``, ``schema_version``, ``created_at``, ``created_by`` (suite version).
     ``trials``
         One row per trial, primary key ``key``: the scalar fields of the trial record as columns, and
         ``env_kwargs``, ``config``, ``provenance``, ``phases`` (time and memory per training phase) and ``metrics``
-        (trial-level scalars an algorithm or env adds, e.g. sample diversity) as JSON text.
-    ``curves(key, n, step_i8, return_f8, length_i8)``
-        One row per trial. The learning curve (one entry per finished training episode) is stored *column-wise*
-        as little-endian numpy blobs (``int64`` steps, ``float64`` returns, ``int64`` lengths). A trial has up to
-        ~10k episodes and a study 500+ trials; one row per episode would mean millions of rows and tens of
-        millions of Python objects to load, whereas blobs load with :func:`numpy.frombuffer` in milliseconds.
-    ``evals(key, idx, step, final, episode, return, length, wall_time_s)``
-        Long format, one row per evaluation episode (``idx`` = position of the evaluation in the trial's list).
-        Small (~200 rows per trial) and convenient to query in SQL, so kept relational.
-    ``updates(key, n, metrics, update_i8, step_i8, values_f8)``
-        One row per trial: ``metrics`` is a JSON list of the metric names, ``values_f8`` an ``n x len(metrics)``
-        row-major ``float64`` matrix. Column-wise for the same load-speed reason as curves, and because float64
-        keeps NaN (SQLite turns a NaN REAL into NULL).
+        (trial-level scalars an algorithm or env adds, e.g. sample diversity) as JSON text, so SQL can query them.
+    ``curves(key, n, data)``
+        One row per trial: the learning curve (one entry per finished training episode: ``int64`` steps,
+        ``float64`` returns, ``int64`` lengths) as one compressed blob (:func:`~suite.store.records.pack_arrays`:
+        byte-shuffled, steps delta-coded, zlib; lossless). A trial has up to ~10k episodes and a study 500+ trials;
+        one row per episode would mean millions of rows to load, whereas a blob decodes in milliseconds.
+    ``evals(key, n, data)``
+        One row per trial: its ``n`` evaluation episodes (evaluation index, step, final flag, episode, return,
+        length, wall time) as one compressed blob; NaN stands for a missing return, length or wall time.
+    ``updates(key, n, n_updates, resolution, metrics, data)``
+        One row per trial: the per-update diagnostics (``metrics``: a JSON list of their names). ``resolution``
+        ``every`` or ``full``: one row per update (``float64``, exact; ``full`` was asked for with ``--full-updates``);
+        ``binned``: a trial with more than :data:`~suite.store.schema.UPDATE_BINS` updates keeps that many rows of
+        consecutive updates, each with its size, first and last update number and env step (exact) and the
+        ``float32`` mean, minimum and maximum of every diagnostic. So a record's size grows with trials, not with
+        the steps trained: a 1M-step A2C trial logs 200,000 updates. ``docs/records.md`` has the details.
+
+A file of schema version 1 or 2 is upgraded in place when opened, losslessly (every update row kept, as
+``every``); ``suite migrate`` bins its rows and compacts the file.
 
 Run coordination (tables ``runs`` and ``claims``, added to older files when opened; no schema-version change, since
 no trial data changes shape):
