@@ -30,15 +30,19 @@ FROM trials t ORDER BY t.key
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
+    """``<model name> family F model M, N CPUs[, KVM]`` from /proc/cpuinfo (the platform's name elsewhere)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} CPUs"
+    cpu = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields:
+        cpu += f" family {fields['cpu family']} model {fields.get('model', '?')}"
+    kvm = ", KVM" if "hypervisor" in fields.get("flags", "").split() else ""
+    return f"{cpu}, {os.cpu_count()} CPUs{kvm}"
 
 
 def _commit() -> str:
@@ -48,7 +52,7 @@ def _commit() -> str:
 
 def trial_sizes(path: Path) -> list[tuple[str, str, str, int, float]]:
     """``(key, algo, env_id, steps, bytes)`` per trial: its share of the trials table's pages plus its blobs."""
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+    with sqlite3.connect(f"file:{path}?immutable=1", uri=True) as conn:
         rows = conn.execute(TRIAL_BYTES).fetchall()
     return [(key, algo, env, steps, sum(parts)) for key, algo, env, steps, *parts in rows]
 
