@@ -264,11 +264,12 @@ class StoreQueries(StoreConnection):
                                ("step_first", "step_first"), ("step_last", "step_last"), ("bin_size", "count"))
         }  # fmt: skip
         frame = pd.DataFrame({"key": repeat_keys([key for key, _ in loaded], [rows.n for _, rows in loaded]), **ints})
+        means, lows, highs = (_metric_columns(loaded, stat, suffix)
+                              for stat, suffix in (("mean", ""), ("minimum", "_min"), ("maximum", "_max")))  # fmt: skip
         stats = {}
         for metric in _metric_names(loaded):
-            stats[metric] = _metric_columns(loaded, "mean", "", only=metric)[metric]
-            stats[f"{metric}_min"] = _metric_columns(loaded, "minimum", "_min", only=metric)[f"{metric}_min"]
-            stats[f"{metric}_max"] = _metric_columns(loaded, "maximum", "_max", only=metric)[f"{metric}_max"]
+            low, high = f"{metric}_min", f"{metric}_max"
+            stats.update({metric: means[metric], low: lows[low], high: highs[high]})
         return frame.assign(**stats)
 
     def get_trial(self, key: str) -> dict[str, Any] | None:
@@ -326,14 +327,10 @@ def _metric_names(loaded: list[tuple[str, UpdateRows]]) -> list[str]:
     return list(names)
 
 
-def _metric_columns(
-    loaded: list[tuple[str, UpdateRows]], stat: str, suffix: str, only: str | None = None
-) -> dict[str, np.ndarray]:
-    """One float64 column per metric (``only``: that one) of the ``stat`` matrices, NaN where a trial lacks it."""
+def _metric_columns(loaded: list[tuple[str, UpdateRows]], stat: str, suffix: str) -> dict[str, np.ndarray]:
+    """One float64 column ``<metric><suffix>`` per metric of the ``stat`` matrices, NaN where a trial lacks it."""
     total = sum(rows.n for _, rows in loaded)
-    columns: dict[str, np.ndarray] = {}
-    for name in [only] if only is not None else _metric_names(loaded):
-        columns[name + suffix] = np.full(total, np.nan)
+    columns = {name + suffix: np.full(total, np.nan) for name in _metric_names(loaded)}
     offset = 0
     for _, rows in loaded:
         values = getattr(rows, stat)
