@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from suite.cli import main
@@ -112,6 +113,11 @@ def test_binning_keeps_counts_exact_update_numbers_and_the_mean_min_max_of_a_kno
         bins = store.update_bins()
         rows = store.updates()
         resolution = store._conn.execute("SELECT n, n_updates, resolution FROM updates").fetchone()
+        assert store.export("update_bins", tmp_path / "bins.csv") == 1000
+    exported = pd.read_csv(tmp_path / "bins.csv", dtype={"key": str})
+    assert list(exported.columns) == ["key", "update_first", "update_last", "step_first", "step_last", "bin_size",
+                                      "loss", "loss_min", "loss_max", "kl", "kl_min", "kl_max"]  # fmt: skip
+    assert exported["loss_max"].iloc[-1] == 2500.0
     assert resolution == (UPDATE_BINS, 2500, "binned")
     assert len(bins) == len(rows) == 1000 and bins["bin_size"].sum() == 2500
     assert sorted(set(bins["bin_size"])) == [2, 3]  # 2500 updates in 1000 runs of (nearly) equal length
@@ -251,8 +257,6 @@ def test_suite_migrate_bad_path_is_one_line_and_exit_2(tmp_path: Path, capsys: p
 def test_claim_metrics_count_updates_by_number_on_binned_rows() -> None:
     """``first_update_at_max`` and ``first_eval_at_max`` read update numbers, so binned rows give the bin's last
     update (exact to the bin) where positions would give the bin's index."""
-    import pandas as pd
-
     from suite.claims.metrics import RunData, get_metric
 
     trial = {"env_id": "TextMatch-v0", "env_kwargs": {"target": "hello"}, "final_eval_mean": 5.0}
