@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -83,13 +84,29 @@ class StoreConnection:
         try:
             self._validate_or_create(conn)
             # Only now, once the file is known to be ours: WAL is a persistent property of the file.
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._ensure_wal(conn)
             # FULL fsyncs the WAL on every commit: a finished trial costs minutes, one fsync is nothing.
             conn.execute("PRAGMA synchronous=FULL")
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _ensure_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL unless it already is (a file in WAL needs no switch and so takes no lock).
+
+        The switch needs every other connection's locks gone, and SQLite answers "database is locked" to it
+        without waiting in the busy handler when another process holds one (two processes opening a fresh file
+        together): wait for the lock here, within the connection's own busy timeout.
+        """
+        deadline = time.monotonic() + self._timeout_s
+        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise UserError(f"cannot open results database {self.path}: {exc}") from exc
+                time.sleep(0.01)
 
     def _validate_or_create(self, conn: sqlite3.Connection) -> None:
         try:
@@ -98,6 +115,9 @@ class StoreConnection:
             raise UserError(f"{self.path} is not a rl-suite results database ({exc})") from exc
         if app_id == 0:
             if not self._table_names(conn):
+                # An empty file becomes ours: in WAL before its schema exists, so that any process that sees
+                # the schema finds the file in WAL already and never switches it under a writer.
+                self._ensure_wal(conn)
                 self._create_schema(conn)
             # Read again in any case: another process may have created the schema (tables and header in one
             # transaction) between the first read and the look at the tables, which then sees its tables.
