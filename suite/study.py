@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from suite.config import load_toml
 from suite.envs.specs import get_env_spec
 from suite.errors import UserError
+from suite.kernels import check_mode as check_kernels
 from suite.plugins import load_plugins, normalise_spec
 from suite.registry import get_algorithm, list_algorithms
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # imported in Study.trials: it imports torch, which reading a
 
 TIERS = ("smoke", "quick", "standard", "paper")
 STUDY_KEYS = {"name", "description", "tier", "seeds", "n_eval_episodes", "algos", "envs", "overrides", "budgets",
-              "threads", "eval_freq", "plugins"}  # fmt: skip
+              "threads", "eval_freq", "plugins", "kernels"}  # fmt: skip
 
 
 def parse_seeds(text: str | Sequence[int]) -> list[int]:
@@ -117,6 +118,8 @@ class Study:
     """Where it was read from."""
     plugins: tuple[str, ...] = ()
     """Plugins the study loads (absolute ``.py`` paths or module names); every trial carries them."""
+    kernels: str | None = None
+    """Kernel mode of its trials (``kernels = "portable"``, :mod:`suite.kernels`); None: the default."""
 
     def budget(self, tier: str, env_id: str, algo: str) -> int:
         """Step budget of ``algo`` on ``env_id`` at ``tier``: the study's, else ``suite/data/tiers.toml``'s, else the
@@ -178,6 +181,7 @@ class Study:
                             eval_freq=self.eval_freq,
                             study=self.name,
                             plugins=self.plugins,
+                            **({"kernels": self.kernels} if self.kernels else {}),
                         )
                     )
         return out
@@ -307,4 +311,5 @@ def parse_study(
         eval_freq=int(data.get("eval_freq", 0)),
         path=path,
         plugins=plugin_specs,
+        kernels=check_kernels(data["kernels"]) if "kernels" in data else None,
     )

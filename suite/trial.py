@@ -34,6 +34,10 @@ from suite.envs.infos import finished_episodes
 from suite.envs.metrics import TRIAL_END_HOOKS
 from suite.envs.specs import env_label, get_env_spec, resolve_env_kwargs
 from suite.errors import Diverged, UserError
+from suite.kernels import check_mode as check_kernels
+from suite.kernels import check_process as check_kernel_process
+from suite.kernels import default_mode
+from suite.kernels import read_back as read_back_kernels
 from suite.memory_probe import check_mode, start_memory_probe
 from suite.plugins import load_plugins
 from suite.provenance import collect_provenance, utc_now_iso
@@ -47,6 +51,27 @@ RECORD_FORMAT = 2
 _DEVICE = ["cpu"]
 """The device a :class:`TrialSpec` gets when none is given (``--device`` of ``suite reproduce``, whose specs come from the
 claim set: :func:`default_device`)."""
+
+
+_KERNELS: list[str | None] = [None]
+"""The kernel mode a :class:`TrialSpec` gets when none is given (``--kernels`` of commands whose specs are made
+further down: :func:`trial_kernels`); None: :func:`suite.kernels.default_mode`."""
+
+
+def default_kernels() -> str:
+    """The kernel mode of a new :class:`TrialSpec` that names none: the innermost :func:`trial_kernels`, else
+    ``$SUITE_KERNELS``, else :data:`suite.kernels.DEFAULT`."""
+    return _KERNELS[-1] or default_mode()
+
+
+@contextlib.contextmanager
+def trial_kernels(mode: str | None) -> Iterator[None]:
+    """Make ``mode`` the default of the TrialSpecs created inside the block (None: leave the default)."""
+    _KERNELS.append(check_kernels(mode) if mode is not None else _KERNELS[-1])
+    try:
+        yield
+    finally:
+        _KERNELS.pop()
 
 
 def default_device() -> str:
@@ -140,6 +165,9 @@ class TrialSpec:
     device: str = field(default_factory=default_device)
     """torch device of the algorithm's specification (``cpu``, ``cuda``, ``cuda:N``); accelerators run on the CPU
     only. Part of the key only when it is not ``cpu``, so every CPU trial keeps its key."""
+    kernels: str = field(default_factory=default_kernels)
+    """Kernel mode (:mod:`suite.kernels`): ``native`` or ``portable``. Part of the key only when portable, so every
+    native trial keeps the key it had before the modes existed."""
 
     def resolve(self) -> ResolvedTrial:
         load_plugins(self.plugins)  # also the installed (entry-point) plugins; a no-op once loaded
@@ -153,6 +181,7 @@ class TrialSpec:
             raise UserError(f"n_eval_episodes must be >= 1, got {self.n_eval_episodes}")
         check_mode(self.memory_profile)
         check_device(self.device)
+        kernels = check_kernels(self.kernels)
         algo = get_algorithm(self.algo)
         get_env_spec(self.env_id)
         check_compatible(algo, self.env_id)
@@ -180,6 +209,8 @@ class TrialSpec:
             identity["eval_deterministic"] = False
         if self.device != "cpu":
             identity["device"] = self.device
+        if kernels != "native":
+            identity["kernels"] = kernels
         return ResolvedTrial(
             spec=self,
             algo=algo,
@@ -492,6 +523,7 @@ def run_trial(
     """Train, evaluate, measure; return the trial record. Never raises for a failure inside the trial.
     ``memory_capture``: with ``memory_profile="full"``, keep memray's capture file there (for a flame graph)."""
     spec = resolved.spec
+    check_kernel_process(spec.kernels)  # a portable trial only where the libraries were loaded held (one line)
     for module in resolved.algo.imports:  # before the clock, the seeds and the memory baseline
         importlib.import_module(module)
     started = utc_now_iso()
@@ -590,7 +622,11 @@ def _assemble(
         "baseline_rss_mb": baseline_rss,
         "final_eval_mean": float(final_returns.mean()) if final_returns is not None else None,
         "final_eval_std": float(final_returns.std()) if final_returns is not None else None,
-        "provenance": {**collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id), "device": spec.device},
+        "provenance": {
+            **collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id),
+            "device": spec.device,
+            "kernels": {**read_back_kernels(), "mode": spec.kernels},
+        },
         "suite_version": __version__,
         "started_at": started,
         "ended_at": utc_now_iso(),

@@ -19,7 +19,7 @@ SUITE = Path(__file__).resolve().parent.parent / "suite"
 
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("suite", "suite.errors", "suite.config", "suite.context", "suite.seeding", "suite.loading", "suite.interrupts",
-     "suite.provenance", "suite.textmatch"),
+     "suite.provenance", "suite.textmatch", "suite.kernels"),
     ("suite.envs", "suite.store", "suite.stats", "suite.memory_probe", "suite.throughput"),
     ("suite.registry",),
     ("suite.algorithms", "suite.accel"),

@@ -93,9 +93,10 @@ from typing import Any
 from suite.config import config_to_dict, load_toml
 from suite.envs import env_label, get_env_spec, resolve_env_kwargs
 from suite.errors import UserError
+from suite.kernels import check_mode as check_kernels
 from suite.registry import get_algorithm
 from suite.study import TIERS, default_tiers, parse_seeds
-from suite.trial import ResolvedTrial, TrialSpec
+from suite.trial import ResolvedTrial, TrialSpec, default_kernels
 
 STATISTICS = ("mean", "median")
 """How a cell aggregates its seeds: the mean (t-intervals), or for a time to an event the median (Kaplan-Meier)."""
@@ -124,7 +125,8 @@ DEFAULT_TOLERANCE_FRACTION = 0.1
 
 SET_KEYS = {"name", "title", "source", "location", "description", "stand_in", "tier", "seeds", "metric", "statistic",
             "n_eval_episodes", "eval_freq", "notes", "budgets", "arms", "rows", "kind", "kind_source",
-            "tolerance_fraction", "multiplicity", "eval_protocol", "findings", "tolerance", "tolerance_source"}  # fmt: skip
+            "tolerance_fraction", "multiplicity", "eval_protocol", "findings", "tolerance", "tolerance_source",
+            "kernels"}  # fmt: skip
 ARM_KEYS = {"algo", "label", "overrides", "hyperparams_from", "note", "env_kwargs", "sweep"}
 CLAIM_KEYS = {"kind", "kind_source", "role", "relative", "claimed", "claimed_pm", "pm_over", "claimed_a", "claimed_b",
               "claimed_range", "direction", "decimals", "claim_n", "claim_episodes", "claim_noise", "tolerance",
@@ -353,6 +355,9 @@ class ClaimSet:
     """Error control over the set's judged cells (:data:`MULTIPLICITY`)."""
     findings: tuple[str, ...] = ()
     """What the set's own authors found worth saying on the first screen beside the generated headline."""
+    kernels: str | None = None
+    """Kernel mode of its trials (``kernels = "portable"``, :mod:`suite.kernels`; ``--kernels`` replaces it); None: the
+    default of :func:`suite.trial.default_kernels`."""
 
     @property
     def study(self) -> str:
@@ -452,6 +457,7 @@ class ClaimSet:
             eval_freq=cell.eval_freq,
             study=self.study,
             eval_deterministic=cell.eval_protocol == "deterministic",
+            kernels=self.kernels or default_kernels(),
         )
 
     def expand(self, tier: str | None = None, seeds: Sequence[int] | None = None) -> Expansion:
@@ -896,6 +902,7 @@ def parse_claim_set(data: Mapping[str, Any], *, default_name: str = "claims", pa
         tolerance_fraction=fraction,
         multiplicity=multiplicity,
         findings=tuple(str(n) for n in data.get("findings", [])),
+        kernels=check_kernels(data["kernels"]) if "kernels" in data else None,
     )
     # Every cell needs a tolerance (stated, or the env's default), and every trial must resolve (algorithm x env
     # compatibility, override keys and values) before anything runs.

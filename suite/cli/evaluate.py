@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from suite.cli.options import add_db, add_device, add_plugin
+from suite.cli.options import add_db, add_device, add_kernels, add_plugin, enter_kernels
 
 
 def add_parser(sub: Any) -> None:
@@ -22,13 +22,16 @@ def add_parser(sub: Any) -> None:
     )
     add_db(p)
     add_device(p)
+    add_kernels(p)
     add_plugin(p)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    enter_kernels(args.kernels)  # before torch and numpy compute anything
     import numpy as np
     import torch
 
+    from suite.kernels import process_mode
     from suite.seeding import eval_seeds
     from suite.store.models import resolve_model
     from suite.trial import check_device, evaluate_policy, load_policy
@@ -44,6 +47,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(
         f"{payload['algo']} on {payload['env_id']}: mean return {np.mean(returns):.2f} ± {np.std(returns):.2f} "
-        f"over {len(returns)} episodes (mean length {np.mean(lengths):.0f}; evaluation seeds of trial seed {seed})"
+        f"over {len(returns)} episodes (mean length {np.mean(lengths):.0f}; evaluation seeds of trial seed {seed}; "
+        f"{process_mode()} kernels)"
     )
     return 0

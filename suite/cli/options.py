@@ -101,6 +101,36 @@ def print_plan(args: argparse.Namespace, specs: Any, *, done: int, db_path: Any)
     print("\n".join(lines), file=sys.stderr)
 
 
+def add_kernels(p: argparse.ArgumentParser) -> None:
+    """``--kernels``: the vector kernels of the trial processes (``run``, ``reproduce``, ``regress``, ``profile speed``
+    and ``memory``, ``evaluate``; :mod:`suite.kernels`)."""
+    p.add_argument(
+        "--kernels", choices=("portable", "native"), default=None,
+        help="vector kernels of torch, MKL, oneDNN, numpy and OpenBLAS: portable (held to AVX2: the same bits on every "
+        "x86-64 machine; part of the trial key) or native (each picks by the CPU; the default unless a study or claim "
+        "set says otherwise); recorded in every trial's provenance (docs/kernels.md)",
+    )  # fmt: skip
+
+
+def enter_kernels(mode: str | None) -> None:
+    """Make this process run in kernel mode ``mode`` when it computes trials itself (``profile speed``, ``evaluate``):
+    a portable mode in a process started otherwise starts the same command again with the mode's variables set
+    (they must be set before torch and numpy load). None or native: nothing to do."""
+    import os
+    import sys
+
+    from suite.kernels import check_process, environ, process_mode
+
+    if mode != "portable" or process_mode() == "portable":
+        return
+    if os.environ.get("SUITE_KERNELS_REEXEC"):  # started again already, and still not held: say what is off
+        check_process(mode)
+    env = {**os.environ, **environ(mode), "SUITE_KERNELS_REEXEC": "1"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "suite.cli", *sys.argv[1:]], env)
+
+
 def add_plugin(p: argparse.ArgumentParser) -> None:
     """``--plugin``: plugins to load before anything resolves an algorithm."""
     p.add_argument(

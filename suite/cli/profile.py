@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suite.cli.options import EXIT_INTERRUPTED, Parser, add_plugin, env_kwargs
+from suite.cli.options import EXIT_INTERRUPTED, Parser, add_kernels, add_plugin, enter_kernels, env_kwargs
 from suite.errors import UserError
 
 
@@ -35,6 +35,7 @@ def _add_profile_speed(profilers: Any) -> None:
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                    help="cpu (default): this process's CPU time, robust on a shared machine; wall: elapsed time")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    add_kernels(p)
     add_plugin(p)
 
 
@@ -59,6 +60,7 @@ def _add_profile_memory(profilers: Any) -> None:
     p.add_argument("-o", "--output", help="report folder (default: reports/profile-memory/<algo>_<env>/)")
     p.add_argument("--fresh", action="store_true", help="discard runs saved by an earlier call instead of resuming")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_kernels(p)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -70,15 +72,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_profile_speed(args: argparse.Namespace) -> int:
     from suite.config import parse_assignments
     from suite.profile import speed
+    from suite.trial import trial_kernels
+
+    enter_kernels(args.kernels)  # the slice runs in this process: its libraries must load in the mode
 
     if args.top < 0:
         raise UserError(f"--top must be >= 0, got {args.top}")
     if args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
-    prof = speed.profile_speed(
-        args.algo, args.env, steps=args.steps, overrides=parse_assignments(args.set), env_kwargs=env_kwargs(args.env_arg),
-        seed=args.seed, threads=args.threads, top=args.top, with_cprofile=args.top > 0, clock=args.clock,
-    )  # fmt: skip
+    with trial_kernels(args.kernels):
+        prof = speed.profile_speed(
+            args.algo, args.env, steps=args.steps, overrides=parse_assignments(args.set),
+            env_kwargs=env_kwargs(args.env_arg), seed=args.seed, threads=args.threads, top=args.top,
+            with_cprofile=args.top > 0, clock=args.clock,
+        )  # fmt: skip
     print(speed.format_speed_profile(prof))
     if args.json:
         speed.write_json(prof, Path(args.json))
@@ -90,12 +97,15 @@ def cmd_profile_memory(args: argparse.Namespace) -> int:
     from suite.config import parse_assignments
     from suite.profile import memory as pm
     from suite.report.memory import write_profile_report
+    from suite.trial import trial_kernels
 
-    plan = pm.plan_profile(
-        args.algo, args.env, toggles=args.toggle, overrides=parse_assignments(args.set), env_kwargs=env_kwargs(args.env_arg),
-        steps=args.steps, repeats=args.repeats, seed=args.seed, mode="full" if args.flamegraph else args.mode,
-        n_eval_episodes=args.eval_episodes, threads=args.threads,
-    )  # fmt: skip
+    enter_kernels(args.kernels)  # its runs are processes started from this one: they inherit its variables
+    with trial_kernels(args.kernels):
+        plan = pm.plan_profile(
+            args.algo, args.env, toggles=args.toggle, overrides=parse_assignments(args.set),
+            env_kwargs=env_kwargs(args.env_arg), steps=args.steps, repeats=args.repeats, seed=args.seed,
+            mode="full" if args.flamegraph else args.mode, n_eval_episodes=args.eval_episodes, threads=args.threads,
+        )  # fmt: skip
     out = Path(args.output) if args.output else pm.default_output_dir(plan.algo, plan.env_label)
     print(
         f"profiling {plan.algo} on {plan.env_label}: {len(plan.variants)} variant(s) x {plan.repeats} repeat(s) of "

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suite.cli.options import add_kernels
 from suite.errors import UserError
 
 
@@ -61,6 +62,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", help="run folder (default: results/regress/<base>-<head>-<study>/)")
     p.add_argument("--no-report", action="store_true", help="skip the side-by-side study report")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_kernels(p)
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
@@ -74,7 +76,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         against_reference=args.against_reference, write_reference=args.write_reference,
         reference=Path(args.reference) if args.reference else None, cache=Path(args.cache) if args.cache else None,
         deps_env=Path(args.deps_env) if args.deps_env else None, output=Path(args.output) if args.output else None,
-        report=not args.no_report, quiet=args.quiet,
+        report=not args.no_report, quiet=args.quiet, kernels=args.kernels,
     )  # fmt: skip
     try:
         return regress(opts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import re
 import shlex
 import sys
@@ -15,6 +16,7 @@ from suite.cli.options import (
     add_device,
     add_exec,
     add_full_updates,
+    add_kernels,
     add_plan,
     add_plugin,
     exec_options,
@@ -43,6 +45,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-run", action="store_true", help="run nothing: judge what the database already holds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device(p)
+    add_kernels(p)
     add_exec(p)
     add_full_updates(p)
     add_plugin(p)
@@ -63,6 +66,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     options = exec_options(args, on_finish=None)
     options.check()
     claims = load_claim_set(args.claimset).select_rows(args.row or ()).select_columns(args.column or ())
+    if args.kernels:
+        claims = dataclasses.replace(claims, kernels=args.kernels)
     seeds = parse_seeds(args.seeds) if args.seeds else None
     out = Path(args.output) if args.output else Path("reports") / "claims" / claims.name
     if (args.row or args.column) and not args.output:  # a part of the table never overwrites the whole one
@@ -78,6 +83,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if value is not None:
             words += [flag, str(value)]
     words += ["--no-run"] if args.no_run else []
+    words += ["--kernels", args.kernels] if args.kernels else []
     from suite.trial import check_device, gpus_checked_where_trials_run, trial_device
 
     elsewhere = gpus_checked_where_trials_run() if args.executor == "ray" else contextlib.nullcontext()

@@ -75,7 +75,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             r = store.merge_from(source, studies=args.study or ())
             line = f"{r.source}: {r.added} trials added, {r.identical} already here with the same outcome"
             if r.differing:
-                keys = ", ".join(k[:12] for k in r.differing[:5]) + (" ..." if len(r.differing) > 5 else "")
+                keys = "; ".join(c.describe() for c in r.conflicts[:5]) + (" ..." if len(r.differing) > 5 else "")
                 line += f", {len(r.differing)} already here with another outcome (this database's kept: {keys})"
             print(line)
     print(f"merged into {path}")

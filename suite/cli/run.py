@@ -14,6 +14,7 @@ from suite.cli.options import (
     add_device,
     add_exec,
     add_full_updates,
+    add_kernels,
     add_memory_profile,
     add_plan,
     add_plugin,
@@ -40,6 +41,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, help="trials at the same time (default: one per core; ray: the cluster's CPUs)")
     p.add_argument("--threads", type=int, help="torch threads per trial (default 1; recorded)")
     add_device(p)
+    add_kernels(p)
     p.add_argument("--no-save-models", action="store_true", help="do not save trained policies")
     p.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -86,6 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         env_args = env_kwargs(args.env_arg)
         specs = [dataclasses.replace(s, env_kwargs={**s.env_kwargs, **env_args}) for s in specs]
     specs = [dataclasses.replace(s, memory_profile=args.memory_profile, device=args.device) for s in specs]
+    if args.kernels:
+        specs = [dataclasses.replace(s, kernels=args.kernels) for s in specs]
     if not specs:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
     if len(specs) > LARGE_RUN_TRIALS and not args.yes and not args.plan:

@@ -40,6 +40,7 @@ from suite.executors.common import (
     oom_kill_count,
 )
 from suite.interrupts import shield_worker_from_interrupts, signals_blocked
+from suite.kernels import check_process, started_with
 from suite.trial import TrialSpec, run_trial
 
 PROGRESS_INTERVAL_S = 0.5
@@ -91,6 +92,7 @@ def _worker(spec: TrialSpec, conn: Connection, models_dir: str | None, environ: 
 
     try:
         try:
+            check_process(spec.kernels)  # its forkserver was started for the mode: a mismatch is a bug, said in a line
             resolved = spec.resolve()
         except Exception as exc:  # noqa: BLE001  (resolved fine in the driver: this process lacks something)
             conn.send(("setup_failed", f"WorkerSetup: {type(exc).__name__}: {exc}"))
@@ -137,7 +139,8 @@ class _ImportsPopen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             mp.context.set_spawning_popen(None)
-        self.sentinel, w = _server(process_obj.imports).connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        server = _server(process_obj.imports, process_obj.kernels)
+        self.sentinel, w = server.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
         _parent_w = os.dup(w)
         self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))  # type: ignore[attr-defined]
         with open(w, "wb", closefd=True) as f:
@@ -146,22 +149,26 @@ class _ImportsPopen(popen_forkserver.Popen):
 
 
 class _ImportsProcess(mp.context.ForkServerProcess):
-    """A trial process forked from a forkserver that has also imported its algorithm's ``imports``."""
+    """A trial process forked from a forkserver that has also imported its algorithm's ``imports``, or that was
+    started for another kernel mode than native."""
 
     imports: tuple[str, ...] = ()
+    kernels: str = "native"
 
     @staticmethod
     def _Popen(process_obj: Any) -> Any:
         return _ImportsPopen(process_obj)
 
 
-_SERVERS: dict[tuple[str, ...], Any] = {}
+_SERVERS: dict[tuple[tuple[str, ...], str], Any] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _server(imports: tuple[str, ...]) -> Any:
-    """The running forkserver that preloads :data:`FORKSERVER_PRELOAD` plus ``imports`` (started, or restarted if it
-    died, with the terminal's signals blocked, as :func:`start_forkserver`).
+def _server(imports: tuple[str, ...], kernels: str = "native") -> Any:
+    """The running forkserver that preloads :data:`FORKSERVER_PRELOAD` plus ``imports`` and was started with the
+    variables of kernel mode ``kernels`` (:func:`suite.kernels.environ`: they must be set before torch and numpy
+    load, so a mode has its own servers); started, or restarted if it died, with the terminal's signals blocked, as
+    :func:`start_forkserver`.
 
     Why: an algorithm's ``imports`` are what its trial imports before its clock starts (SB3 and ``torch._dynamo``
     for the ``sb3-*`` baselines: 2-4 s of every such trial's start, paid again by each trial). Kept out of the main
@@ -171,11 +178,12 @@ def _server(imports: tuple[str, ...]) -> Any:
     without the import's temporary allocations (`sb3-ppo` on CartPole: 315.6 instead of 331.8 MB, 2026-12-02), as
     the suite's own trials have always started."""
     with _SERVERS_LOCK:
-        server = _SERVERS.get(imports)
+        server = _SERVERS.get((imports, kernels))
         if server is None:
-            server = _SERVERS[imports] = multiprocessing.forkserver.ForkServer()
+            server = _SERVERS[imports, kernels] = multiprocessing.forkserver.ForkServer()
             server.set_forkserver_preload([*FORKSERVER_PRELOAD, *imports])
-        _shielded_start(server.ensure_running)
+        with started_with(kernels):  # the server inherits this process's environment when it starts
+            _shielded_start(server.ensure_running)
         return server
 
 
@@ -209,9 +217,10 @@ class LocalBackend:
         parent, child = self._ctx.Pipe(duplex=False)
         args = (task.resolved.spec, child, self._models_dir, self._environ)
         imports = tuple(task.resolved.algo.imports)
-        if imports:
+        kernels = task.resolved.spec.kernels
+        if imports or kernels != "native":
             process = _ImportsProcess(target=_worker, args=args, daemon=True)
-            process.imports = imports
+            process.imports, process.kernels = imports, kernels
         else:
             process = self._ctx.Process(target=_worker, args=args, daemon=True)
         oom_before = oom_kill_count()

@@ -358,6 +358,32 @@ def _ratios(
     return out
 
 
+def _side(frame: pd.DataFrame, column: str, default: str | None) -> str | None:
+    """The one value of ``column`` on a side (its first row's; ``default`` where the frame lacks it)."""
+    if column not in frame.columns or frame.empty or pd.isna(frame[column].iloc[0]):
+        return default
+    return str(frame[column].iloc[0])
+
+
+def changed_same_key_note(base: pd.DataFrame, head: pd.DataFrame, seeds: Sequence[int]) -> str:
+    """Why outcomes moved under an unchanged key, with each side's CPU and kernel mode: native kernels follow the CPU
+    (:mod:`suite.kernels`), so between machines that differ it is the machines, not a missing version bump."""
+    cpu_b, cpu_h = _side(base, "cpu", None), _side(head, "cpu", None)
+    mode = _side(head, "kernels", "native") or "native"  # the key holds the mode: both sides ran in it
+    sides = f"BASE on {cpu_b or 'an unrecorded CPU'}, HEAD on {cpu_h or 'an unrecorded CPU'}, {mode} kernels"
+    if cpu_b and cpu_h and cpu_b != cpu_h:
+        if mode == "native":
+            return (
+                f"results changed with an unchanged trial key on seeds {list(seeds)}: the machines differ ({sides}); "
+                "native kernels follow the CPU: compare in portable mode (--kernels portable) for exact results"
+            )
+        return (
+            f"results changed with an unchanged trial key on seeds {list(seeds)} ({sides}): a machine dependence the "
+            "portable kernels do not hold (docs/kernels.md), or a version not bumped"
+        )
+    return f"results changed with an unchanged trial key (version not bumped?) on seeds {list(seeds)} ({sides})"
+
+
 def _ok_first(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per seed: the first repeat's (outcomes are deterministic; repeats only measure time and memory)."""
     return frame.sort_values(["seed", "repeat"]).drop_duplicates("seed", keep="first").set_index("seed")
@@ -391,7 +417,7 @@ def _returns(
     res.identical_seeds = len(identical)
     changed_same_key = [s for s in same_key if s not in identical]
     if changed_same_key:
-        res.notes.append(f"results changed with an unchanged trial key (version not bumped?) on seeds {changed_same_key}")
+        res.notes.append(changed_same_key_note(b, h, changed_same_key))
     nd_base, nd_head = _nondeterministic_seeds(base), _nondeterministic_seeds(head)
     if nd_base:
         res.notes.append(f"BASE gave different results across repeats on seeds {nd_base}")

@@ -27,12 +27,13 @@ import pandas as pd
 
 from suite.errors import UserError
 from suite.interrupts import Interrupted
+from suite.kernels import default_mode
 from suite.regress.build import Build, Builder, default_cache_dir
 from suite.regress.compare import GroupResult, Thresholds, compare, rule_text, undecided
 from suite.regress.output import Context, terminal_table, write_outputs
 from suite.regress.plan import Plan, make_plans, plans_id
 from suite.regress.records import load_slot
-from suite.regress.reference import REFERENCE_DIR, Reference, write_reference
+from suite.regress.reference import REFERENCE_DIR, REGENERATE, Reference, write_reference
 from suite.regress.revisions import Revision, is_dirty, repo_root, resolve_commit, working_tree
 from suite.regress.runner import SCHEDULES, RevisionFailed, Slot, Unit, batches, interleaved, machine, run_batch
 
@@ -87,6 +88,9 @@ class RegressOptions:
     quiet: bool = False
     repo: Path | None = None
     """Checkout the revisions come from; default: the one containing the current directory."""
+    kernels: str | None = None
+    """Kernel mode of every revision's trials (:mod:`suite.kernels`); None: the reference's against a reference,
+    portable when writing one, else the default mode."""
 
 
 def _say(line: str) -> None:
@@ -167,6 +171,10 @@ def _undecided_units(results: Sequence[GroupResult], plans: Sequence[Plan], t: T
 # -- modes ---------------------------------------------------------------------------------------------------
 def _against_reference(opts: RegressOptions, repo: Path, say: Callable[[str], None]) -> int:
     ref = Reference(opts.reference or repo / REFERENCE_DIR)
+    if opts.kernels and opts.kernels != ref.kernels:
+        raise UserError(f"the reference ran in {ref.kernels} kernel mode; --kernels {opts.kernels} would give other "
+                        f"trial keys (regenerate it with '{REGENERATE} --kernels {opts.kernels}')")  # fmt: skip
+    opts.kernels = ref.kernels
     head = resolve_commit(repo, opts.head) if opts.head else working_tree(repo)
     head_build = _build(_builder(opts, repo, say), head, "head", say)
     plans = make_plans([str(f) for f in ref.study_files], tier=None, seeds=None, threads=None,
@@ -197,6 +205,7 @@ def _write_reference(opts: RegressOptions, repo: Path, say: Callable[[str], None
                             "commit them, or name a revision ('suite regress --write-reference REV')")  # fmt: skip
         rev = working_tree(repo)
     assert rev.commit is not None
+    opts.kernels = opts.kernels or "portable"  # a reference is checked on other machines: the same bits there
     build = _build(_builder(opts, repo, say), rev, "base", say)
     plans = make_plans(opts.studies, tier=opts.tier, seeds=opts.seeds, threads=opts.threads,
                        capabilities=[build.capabilities])  # fmt: skip
@@ -210,7 +219,7 @@ def _write_reference(opts: RegressOptions, repo: Path, say: Callable[[str], None
     files = write_reference(
         folder, runs=runs, studies={p.study.name: p.toml for p in plans}, commit=rev.commit, key=rev.key,
         repeats=repeats, machine=machine(),
-        packages=first.get("packages", {}), suite_version=str(first.get("suite_version")),
+        packages=first.get("packages", {}), suite_version=str(first.get("suite_version")), kernels=opts.kernels,
     )  # fmt: skip
     size = sum(f.stat().st_size for f in files)
     say(f"reference written to {folder} ({len(runs)} trial runs of {rev.describe()}, {size / 1024:.0f} KB); "
@@ -315,7 +324,8 @@ def _run(builds: dict[str, Build], plans: Sequence[Plan], run_dir: Path, repeats
                     bar.update(delta)
 
             study_file = run_dir / by_name[first.part].file_name
-            log.extend(run_batch(builds, batch, run_dir, study_file, workers=opts.workers, on_progress=progress))
+            log.extend(run_batch(builds, batch, run_dir, study_file, workers=opts.workers, on_progress=progress,
+                                 kernels=opts.kernels or default_mode()))  # fmt: skip
             progress(n)
     except (KeyboardInterrupt, SystemExit, Interrupted):
         bar.close()

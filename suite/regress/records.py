@@ -48,7 +48,7 @@ BASE_COLUMNS: tuple[str, ...] = (
 
 TEXT_COLUMNS: frozenset[str] = frozenset({
     "side", "key", "algo", "algo_version", "env_id", "env_kwargs", "env_label", "config_hash", "status", "failure_kind",
-    "error", "result_hash", "param_hash",
+    "error", "result_hash", "param_hash", "kernels", "cpu",
 })  # fmt: skip
 """Columns that hold text (a CSV reader must not turn version ``1.10`` or a hex hash of digits into a number)."""
 
@@ -177,6 +177,8 @@ def summarise(
             "peak_rss_mb": _float(rec.get("peak_rss_mb")),
             "result_hash": result_hash(rec, curve_by_key.get(key, empty_curve), ev),
             "param_hash": _model_hash(models, rec),
+            "kernels": ((rec.get("provenance") or {}).get("kernels") or {}).get("mode", "native"),
+            "cpu": (rec.get("provenance") or {}).get("cpu_model"),
         }
         for phase, fields in sorted((rec.get("phases") or {}).items()):
             if not isinstance(fields, Mapping):

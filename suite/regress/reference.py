@@ -34,7 +34,8 @@ REFERENCE_DIR = Path("results") / "reference"
 """Where the reference lives, relative to the repository root."""
 
 REGENERATE = "suite regress --write-reference"
-"""The command that regenerates the reference (run at the repository root, with the tree committed)."""
+"""The command that regenerates the reference (run at the repository root, with the tree committed); it runs in
+portable kernel mode unless ``--kernels native`` is given, so the reference can be checked exactly on any machine."""
 
 _README = """# Reference run of the regression study
 
@@ -75,6 +76,11 @@ class Reference:
             raise UserError(f"{folder} holds a reference of format {self.provenance.get('format')!r}; this suite reads "
                             f"format {REFERENCE_FORMAT}: regenerate it with '{REGENERATE}'")  # fmt: skip
         self.runs["side"] = "base"
+        machine = self.provenance.get("machine", {})
+        if "cpu" not in self.runs.columns:  # a reference written before the runs frame named them
+            self.runs["cpu"] = machine.get("cpu_model")
+        if "kernels" not in self.runs.columns:
+            self.runs["kernels"] = self.kernels
         self.study_files = [folder / "studies" / f"{name}.toml" for name in self.provenance.get("studies", [])]
         absent = [str(f) for f in self.study_files if not f.is_file()]
         if absent or not self.study_files:
@@ -82,12 +88,19 @@ class Reference:
                             f"regenerate it with '{REGENERATE}'")  # fmt: skip
 
     @property
+    def kernels(self) -> str:
+        """The kernel mode the reference ran in (one written before the modes existed: native)."""
+        return str(self.provenance.get("kernels") or "native")
+
+    @property
     def repeats(self) -> int:
         return int(self.provenance["repeats"])
 
     def describe(self) -> str:
-        """``reference run of 3f2a1b2c4d5e (2025-01-31)``."""
-        return f"reference run of {str(self.provenance.get('commit'))[:12]} ({str(self.provenance.get('created_at'))[:10]})"
+        """``reference run of 3f2a1b2c4d5e (2025-01-31, AMD EPYC ..., portable kernels)``."""
+        cpu = self.provenance.get("machine", {}).get("cpu_model")
+        return (f"reference run of {str(self.provenance.get('commit'))[:12]} "
+                f"({str(self.provenance.get('created_at'))[:10]}, {cpu}, {self.kernels} kernels)")  # fmt: skip
 
     def machine_mismatch(self, machine: dict[str, Any]) -> str | None:
         """Why timings of this machine and the reference's are not comparable, or None."""
@@ -108,7 +121,7 @@ class Reference:
 
 def write_reference(
     folder: Path, *, runs: pd.DataFrame, studies: dict[str, str], commit: str, key: str, repeats: int,
-    machine: dict[str, Any], packages: dict[str, Any], suite_version: str,
+    machine: dict[str, Any], packages: dict[str, Any], suite_version: str, kernels: str = "native",
 ) -> list[Path]:  # fmt: skip
     """Write a reference folder (replacing one that exists); return the files written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -129,6 +142,7 @@ def write_reference(
         "suite_version": suite_version,
         "created_at": created,
         "command": REGENERATE,
+        "kernels": kernels,
     }
     study_dir = folder / "studies"
     if study_dir.is_dir():
@@ -141,7 +155,7 @@ def write_reference(
     for name, text in studies.items():
         files.append(study_dir / f"{name}.toml")
         files[-1].write_text(text)
-    machine_text = f"{machine.get('cpu_model')}, {machine.get('cpu_count_usable')} usable CPUs"
+    machine_text = f"{machine.get('cpu_model')}, {machine.get('cpu_count_usable')} usable CPUs, {kernels} kernels"
     files[2].write_text(_README.format(command=REGENERATE, commit=commit[:12], created=created[:16],
                                        machine=machine_text))  # fmt: skip
     return files

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.kernels import DEFAULT_VARIABLE
+from suite.kernels import environ as kernel_environ
 from suite.provenance import utc_now_iso
 from suite.regress.build import Build
 
@@ -181,8 +183,13 @@ class RunningSlot:
         return count_trials(self.slot.db(self.run_dir)) - self.before
 
 
-def start_slot(build: Build, slot: Slot, run_dir: Path, study_file: Path, *, workers: int = 1) -> RunningSlot:
-    """Start one revision running one unit once (``<venv>/bin/suite run STUDY --algo A --env E --db ... --quiet``)."""
+def start_slot(
+    build: Build, slot: Slot, run_dir: Path, study_file: Path, *, workers: int = 1, kernels: str = "native"
+) -> RunningSlot:
+    """Start one revision running one unit once (``<venv>/bin/suite run STUDY --algo A --env E --db ... --quiet``),
+    in kernel mode ``kernels``: its process gets the mode's variables (:func:`suite.kernels.environ`, inherited by
+    its trial processes, so a revision made before the modes existed runs held kernels too) and ``$SUITE_KERNELS``
+    (a revision that knows the modes puts it in its trial keys)."""
     folder = slot.folder(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     db = slot.db(run_dir)
@@ -193,7 +200,8 @@ def start_slot(build: Build, slot: Slot, run_dir: Path, study_file: Path, *, wor
     log_path = folder / "suite.log"
     before = count_trials(db)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
+        env = {**clean_env(), **kernel_environ(kernels), DEFAULT_VARIABLE: kernels}
+        proc = subprocess.Popen(argv, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env)
     return RunningSlot(build, slot, run_dir, proc, log_path, before, time.perf_counter(), entry)
 
 
@@ -227,6 +235,7 @@ def run_batch(
     *,
     workers: int = 1,
     on_progress: Callable[[int], None] | None = None,
+    kernels: str = "native",
 ) -> list[dict[str, object]]:
     """Run slots together (one, or every revision's at once) and return their log entries.
 
@@ -239,7 +248,7 @@ def run_batch(
         KeyboardInterrupt: Ctrl-C.
         RevisionFailed: a revision's ``suite run`` exited with an error (the others are stopped first).
     """
-    running = [start_slot(builds[s.side], s, run_dir, study_file, workers=workers) for s in batch]
+    running = [start_slot(builds[s.side], s, run_dir, study_file, workers=workers, kernels=kernels) for s in batch]
     ballast: list[subprocess.Popen[bytes]] = []
     try:
         while True:

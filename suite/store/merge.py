@@ -23,6 +23,28 @@ class MergeResult:
     """Trials already here with the same outcome (status, steps, final evaluation): this database's kept."""
     differing: list[str]
     """Keys already here whose outcome differs in the source: this database's record kept, listed for the user."""
+    conflicts: tuple[Conflict, ...] = ()
+    """The records behind :attr:`differing`, each side's kernel mode and CPU (why they differ, mostly)."""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A key both databases hold with other outcomes. The kernel mode is part of the key (portable keys say so), so
+    the two records always ran in the same mode; native records of one key differ between CPUs of other vector
+    widths (:mod:`suite.kernels`), portable ones should not."""
+
+    key: str
+    kernels: str
+    """``native`` or ``portable`` (the same on both sides)."""
+    cpu_here: str | None
+    cpu_source: str | None
+
+    def describe(self) -> str:
+        """``3f2a1b2c4d5e (native: AMD EPYC ... here, Intel Xeon ... in the source)``."""
+        where = f"{self.cpu_here} here, {self.cpu_source} in the source"
+        if self.cpu_here == self.cpu_source:
+            where = f"both on {self.cpu_here}"
+        return f"{self.key[:12]} ({self.kernels}: {where})"
 
 
 class StoreMerge(StoreQueries):
@@ -72,8 +94,9 @@ class StoreMerge(StoreQueries):
                 compare = ("status", "steps", "final_eval_mean")
                 same_sql = " AND ".join(f"a.{c} IS b.{c}" for c in compare)
                 both = conn.execute(
-                    f"SELECT a.key, {same_sql} FROM main.trials a JOIN src.trials b ON a.key = b.key"
-                    " WHERE a.key IN (SELECT key FROM temp.merge_keys)"
+                    f"SELECT a.key, {same_sql}, json_extract(a.provenance, '$.kernels.mode'), "
+                    "json_extract(a.provenance, '$.cpu_model'), json_extract(b.provenance, '$.cpu_model') "
+                    "FROM main.trials a JOIN src.trials b ON a.key = b.key WHERE a.key IN (SELECT key FROM temp.merge_keys)"
                 ).fetchall()
                 new = "key IN (SELECT key FROM temp.merge_new)"
                 added = conn.execute(f"INSERT INTO main.trials ({cols}) SELECT {cols} FROM src.trials WHERE {new}").rowcount
@@ -89,7 +112,10 @@ class StoreMerge(StoreQueries):
                 conn.execute("DROP TABLE temp.merge_new")
         finally:
             conn.execute("DETACH DATABASE src")
+        conflicts = tuple(
+            Conflict(key, mode or "native", here, there) for key, same, mode, here, there in sorted(both) if not same
+        )  # a record made before the modes existed has no kernels block: native
         return MergeResult(
-            source=str(src_path), added=added, identical=sum(1 for _, same in both if same),
-            differing=sorted(k for k, same in both if not same),
+            source=str(src_path), added=added, identical=sum(1 for row in both if row[1]),
+            differing=[c.key for c in conflicts], conflicts=conflicts,
         )  # fmt: skip

@@ -1,0 +1,211 @@
+"""Kernel modes (suite/kernels.py, docs/kernels.md): native keys stay the keys made before the modes existed, a
+portable trial process reads back held kernels, a process set up otherwise refuses a portable trial, the two modes
+never share a key in one database, and merges and regression notes name each record's mode and CPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from suite import kernels
+from suite.errors import UserError
+from suite.executors import run_trials
+from suite.store import ResultsStore
+from suite.trial import TrialSpec, run_trial, trial_kernels
+
+REPO = Path(__file__).resolve().parent.parent
+
+NATIVE_KEYS = {
+    ("ppo", 2048, 5, 1024): "7173f4051c0f1d32a4a356193a8a8d5e69fd2e0b055d2b642f71ba1578f87294",
+    ("grpo", 2048, 5, 1024): "395eb8c5efca17ebe65a579d56958a2bc34469c146780a71be21511e29df5e3d",
+    ("sb3-ppo", 2048, 5, 1024): "739792f12e7ce9ff1227d2fda3552c08d5a4b0fba6bd1852df9d8b92bf1b82b2",
+    ("ppo", 5000, 5, 1000): "16b243e63f2f595d7c5d9214ac452c214e83cee13a4798c4933484b4d84dd50b",
+}
+"""Keys of CartPole-v1 seed-0 trials as the committed native reference run recorded them (results/reference/runs.csv
+at commit 99ac361, before the kernel modes existed)."""
+
+
+def tiny(algo: str = "ppo", steps: int = 256, **kw: Any) -> TrialSpec:
+    return TrialSpec(algo, "CartPole-v1", 0, steps, overrides={"n_envs": 2, "n_steps": 64, "n_epochs": 1}, n_eval_episodes=2,
+                     **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize(("algo", "budget", "episodes", "freq"), list(NATIVE_KEYS))
+def test_native_keys_are_the_keys_made_before_the_modes_existed(algo, budget, episodes, freq):
+    spec = TrialSpec(algo, "CartPole-v1", 0, budget, n_eval_episodes=episodes, eval_freq=freq, kernels="native")
+    assert spec.resolve().key == NATIVE_KEYS[algo, budget, episodes, freq]
+    assert TrialSpec(algo, "CartPole-v1", 0, budget, n_eval_episodes=episodes, eval_freq=freq).kernels == "native"
+
+
+def test_a_portable_trial_has_its_own_key():
+    spec = TrialSpec("ppo", "CartPole-v1", 0, 2048, n_eval_episodes=5, eval_freq=1024)
+    portable = dataclasses.replace(spec, kernels="portable").resolve()
+    assert portable.key != spec.resolve().key
+    assert portable.config_hash == spec.resolve().config_hash
+
+
+def test_the_default_mode_comes_from_the_context_then_the_variable(monkeypatch):
+    monkeypatch.delenv(kernels.DEFAULT_VARIABLE, raising=False)
+    assert tiny().kernels == kernels.DEFAULT == "native"
+    monkeypatch.setenv(kernels.DEFAULT_VARIABLE, "portable")
+    assert tiny().kernels == "portable"
+    with trial_kernels("native"):
+        assert tiny().kernels == "native"
+    monkeypatch.setenv(kernels.DEFAULT_VARIABLE, "fast")
+    with pytest.raises(UserError, match=r"^\$SUITE_KERNELS: unknown kernel mode 'fast'; allowed: native, portable$"):
+        tiny()
+
+
+def test_an_unknown_mode_is_one_line():
+    with pytest.raises(UserError, match="unknown kernel mode 'avx2'; allowed: native, portable"):
+        tiny(kernels="avx2").resolve()
+
+
+def test_portable_variables_are_the_same_on_every_machine():
+    env = kernels.environ("portable")
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "COMPATIBLE"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["OPENBLAS_CORETYPE"] == "Haswell"
+    # numpy 2.4's AVX-512 dispatch targets, taken from the build (not from this CPU)
+    assert env["NPY_DISABLE_CPU_FEATURES"].split() == ["X86_V4", "AVX512_ICL", "AVX512_SPR"]
+    assert kernels.environ("native") == {}
+
+
+def test_a_process_set_up_otherwise_refuses_a_portable_trial():
+    if kernels.process_mode() == "portable":
+        pytest.skip("this test process was itself started with the portable variables")
+    with pytest.raises(UserError) as err:
+        run_trial(tiny(kernels="portable").resolve())
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("this process was not started for portable kernels, so it refuses a portable trial")
+    assert "ATEN_CPU_CAPABILITY=unset (portable: avx2)" in message
+
+
+def _read_back_in_fresh_process(env: dict[str, str]) -> dict[str, Any]:
+    code = "import json, torch, numpy, suite.kernels as k; print(json.dumps(k.read_back()))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def test_the_variables_hold_every_library_that_can_be_read_back():
+    held = _read_back_in_fresh_process(kernels.environ("portable"))
+    assert held["held"] is True
+    assert held["aten"] in ("AVX2", "DEFAULT")  # DEFAULT only on a CPU without AVX2
+    assert held["mkl_cbwr"] == "COMPATIBLE"
+    assert not set(held["numpy_dispatch"]) & set(kernels.NUMPY_AVX512)
+    assert held["openblas"] == ["Haswell"]
+    assert held["environ"]["NPY_DISABLE_CPU_FEATURES"] == "X86_V4 AVX512_ICL AVX512_SPR"
+
+
+def _records(db: Path) -> list[dict[str, Any]]:
+    with ResultsStore(db, create=False) as store:
+        return list(store.trials().to_dict("records"))
+
+
+@pytest.fixture(scope="module")
+def both_modes(tmp_path_factory) -> Path:
+    """One database holding the same tiny trial run in both modes, through the local executor's forkservers."""
+    db = tmp_path_factory.mktemp("modes") / "suite.db"
+    specs = [tiny(kernels="native").resolve(), tiny(kernels="portable").resolve()]
+    with ResultsStore(db) as store:
+        summary = run_trials(specs, save=store.save_trial, workers=1, show_progress=False, models_dir=db.parent / "models")
+    assert len(summary.finished) == 2
+    return db
+
+
+def test_a_portable_trial_process_reads_back_held_kernels(both_modes):
+    by_mode = {r["provenance"]["kernels"]["mode"]: r for r in _records(both_modes)}
+    portable, native = by_mode["portable"]["provenance"]["kernels"], by_mode["native"]["provenance"]["kernels"]
+    assert portable["held"] is True and portable["mkl_cbwr"] == "COMPATIBLE" and portable["openblas"] == ["Haswell"]
+    assert {k: portable["environ"][k] for k in kernels.PORTABLE_ENV} == kernels.PORTABLE_ENV
+    assert by_mode["portable"]["provenance"]["cpu_capability"] in ("AVX2", "DEFAULT")
+    assert native["environ"] == {k: os.environ.get(k) for k in native["environ"]}  # what this shell gives, untouched
+    assert all(r["status"] == "ok" for r in by_mode.values())
+
+
+def test_mixing_modes_in_one_database_never_mixes_keys(both_modes):
+    records = _records(both_modes)
+    assert len({r["key"] for r in records}) == 2
+    for r in records:
+        spec = tiny(kernels=r["provenance"]["kernels"]["mode"])
+        assert spec.resolve().key == r["key"]
+
+
+def test_a_merge_conflict_names_each_records_mode_and_cpu(both_modes, tmp_path):
+    other = tmp_path / "other.db"
+    with ResultsStore(both_modes, create=False) as store:
+        record = store.get_trial(tiny(kernels="native").resolve().key)
+    assert record is not None
+    record = {**record, "final_eval_mean": -1.0, "provenance": {**record["provenance"], "cpu_model": "Elsewhere CPU"}}
+    with ResultsStore(other) as store:
+        store.save_trial(record)
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(both_modes.read_bytes())
+    with ResultsStore(copy, create=False) as store:
+        result = store.merge_from(other)
+    assert result.differing == [record["key"]]
+    (conflict,) = result.conflicts
+    assert conflict.kernels == "native" and conflict.cpu_source == "Elsewhere CPU"
+    assert conflict.describe().startswith(f"{record['key'][:12]} (native: ")
+    assert conflict.describe().endswith(", Elsewhere CPU in the source)")
+
+
+def test_an_unchanged_key_with_other_outcomes_between_machines_says_the_machines_differ():
+    from suite.regress.compare import changed_same_key_note
+
+    def side(cpu: str, mode: str = "native") -> pd.DataFrame:
+        return pd.DataFrame({"seed": [0], "cpu": [cpu], "kernels": [mode]})
+
+    note = changed_same_key_note(side("Intel Xeon"), side("AMD EPYC"), [0])
+    assert "the machines differ (BASE on Intel Xeon, HEAD on AMD EPYC, native kernels)" in note
+    assert "version not bumped" not in note
+    same = changed_same_key_note(side("AMD EPYC"), side("AMD EPYC"), [0])
+    assert "(version not bumped?)" in same and "HEAD on AMD EPYC, native kernels" in same
+    portable = changed_same_key_note(side("Intel Xeon", "portable"), side("AMD EPYC", "portable"), [0])
+    assert "portable kernels do not hold" in portable
+
+
+def test_studies_and_claim_sets_name_their_mode(tmp_path):
+    from suite.claims import load_claim_set
+    from suite.study import load_study
+
+    study = tmp_path / "s.toml"
+    study.write_text('name = "s"\nkernels = "portable"\nalgos = ["ppo"]\nenvs = ["CartPole-v1"]\nseeds = "0"\n')
+    assert {s.kernels for s in load_study(str(study)).trials(steps=64)} == {"portable"}
+    study.write_text('name = "s"\nkernels = "wide"\nalgos = ["ppo"]\nenvs = ["CartPole-v1"]\n')
+    with pytest.raises(UserError, match="unknown kernel mode 'wide'"):
+        load_study(str(study))
+    shipped = load_claim_set("ppo-rlvr-prm-ablation")
+    assert shipped.kernels is None
+    text = Path(shipped.path or "").read_text()
+    claims = tmp_path / "c.toml"
+    claims.write_text('kernels = "portable"\n' + text)
+    loaded = load_claim_set(str(claims))
+    cell = loaded.cells[0]
+    assert loaded.trial_spec(cell, cell.arms[0], 0, "smoke").kernels == "portable"
+
+
+def test_the_cli_takes_kernels_on_every_command_that_computes_trials():
+    from suite.cli.main import build_parser
+
+    parser = build_parser()
+    for argv in (["run"], ["reproduce", "x"], ["regress", "main"], ["profile", "speed", "--algo", "ppo", "--env", "e"],
+                 ["profile", "memory", "--algo", "ppo", "--env", "e"], ["evaluate", "m.pt"]):  # fmt: skip
+        assert parser.parse_args([*argv, "--kernels", "portable"]).kernels == "portable", argv
+
+
+def test_evaluate_starts_itself_again_for_portable_kernels(both_modes):
+    model = both_modes.parent / "models" / f"{tiny(kernels='portable').resolve().key}.pt"
+    env = {k: v for k, v in os.environ.items() if k not in kernels.environ("portable")}
+    for flag, said in (([], "native kernels)"), (["--kernels", "portable"], "portable kernels)")):
+        out = subprocess.run([sys.executable, "-m", "suite.cli", "evaluate", str(model), "--episodes", "1", *flag],
+                             env=env, capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
+        assert out.stdout.strip().endswith(said), out.stdout
