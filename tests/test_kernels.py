@@ -209,3 +209,56 @@ def test_evaluate_starts_itself_again_for_portable_kernels(both_modes):
         out = subprocess.run([sys.executable, "-m", "suite.cli", "evaluate", str(model), "--episodes", "1", *flag],
                              env=env, capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
         assert out.stdout.strip().endswith(said), out.stdout
+
+
+def _hash_set_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("portable_hashes", REPO / "benchmarks" / "portable_hashes.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_portable_set_replays_bit_for_bit_on_this_machine(tmp_path, capsys):
+    hashes = _hash_set_module()
+    committed = json.loads(hashes.HASHES.read_text())
+    made, here = committed["cpu"], hashes.cpu()
+    new = [made[k] for k in ("model", "family", "model_number", "flags")] != [
+        here[k] for k in ("model", "family", "model_number", "flags")
+    ]
+    with capsys.disabled():
+        for what, cpu in (("portable hash set made on", made), ("replayed on", here)):
+            print(f"\n{what}: {cpu['model']} (family {cpu['family']} model {cpu['model_number']}; "
+                  f"{' '.join(cpu['flags'])}; torch native {cpu['native_capability']})", end="")  # fmt: skip
+        print("  <- a CPU this set was not made on" if new else "")
+    rows = hashes.run_set(tmp_path, "portable", workers=2)
+    assert {r["key"] for r in rows} == {r["key"] for r in committed["trials"]}  # the keys are machine-independent
+    assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    assert hashes.compare(committed["trials"], rows) == []
+
+
+QEMU = "qemu-x86_64"
+"""Debian's ``qemu-user`` (``.ci/run`` installs it): runs an x86-64 process on an emulated CPU."""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+@pytest.mark.parametrize(("algo", "env"), [("ppo", "CartPole-v1")])
+def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu(algo, env, capsys):
+    """The set's trial replayed in one process under ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, no AVX-512): the
+    libraries pick their kernels by the emulated CPU. A caveat: QEMU computes ``rcpps``/``rsqrtps`` exactly, where a
+    real CPU approximates, so this proves the code paths that avoid them (docs/kernels.md)."""
+    import shutil
+
+    if shutil.which(QEMU) is None:
+        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    hashes = _hash_set_module()
+    committed = {(r["algo"], r["env_label"]): r for r in json.loads(hashes.HASHES.read_text())["trials"]}
+    argv = [QEMU, "-cpu", "Haswell-v4", sys.executable, str(REPO / "benchmarks" / "portable_hashes.py"), "--in-process",
+            algo, env]  # fmt: skip
+    out = subprocess.run(argv, env={**os.environ, **kernels.environ("portable")}, capture_output=True, text=True, check=True)
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    with capsys.disabled():
+        print(f"\n{algo} {env} under {QEMU} -cpu Haswell-v4: final return {row['final_return']}")
+    assert hashes.compare([committed[algo, env]], [row]) == []

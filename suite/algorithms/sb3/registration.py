@@ -37,6 +37,8 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
     # No seed=: it would re-seed Python/numpy/torch with another value than the runner's seed_everything did.
     model = flavour.sb3_cls(cfg.policy, venv, verbose=0, device="cpu", **sb3_kwargs(flavour, cfg, venv.action_space))
     model.set_logger(Logger(folder=None, output_formats=[]))  # values are read by TrialCallback, nothing printed
+    if getattr(ctx.resolved.spec, "kernels", "native") == "portable":
+        ctx.record_metric("sb3_fused_adam", fuse_adam(model.policy))
     agent = SB3Agent(model.policy, venv.observation_space.shape or (), cfg.normalize)
     if isinstance(venv, VecNormalize):
         agent.attach(venv)
@@ -53,6 +55,25 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
         raise
     ctx.steps = int(model.num_timesteps)
     return agent
+
+
+def fuse_adam(policy: Any) -> int:
+    """Make every Adam optimizer of ``policy`` step with torch's fused CPU kernel (same algorithm, betas and eps), before
+    its first step; return how many. For portable trials only (:mod:`suite.kernels`): torch's default (foreach) Adam
+    takes ``exp_avg_sq.sqrt()`` through MKL's VML ``vsSqrt``, which is not correctly rounded and which no MKL variable
+    holds, so its last bits follow the CPU's vector width; the fused kernel runs on ATen's held vector code, whose
+    square root is IEEE-exact. Native trials keep SB3's optimizer untouched (their bits and keys)."""
+    import torch
+
+    fused = 0
+    for module in policy.modules():
+        optimizer = getattr(module, "optimizer", None)
+        if type(optimizer) is torch.optim.Adam and not optimizer.state:
+            for group in optimizer.param_groups:
+                group["fused"], group["foreach"] = True, False
+            optimizer.defaults["fused"], optimizer.defaults["foreach"] = True, False
+            fused += 1
+    return fused
 
 
 SB3_IMPORTS = (
