@@ -262,3 +262,15 @@ def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu
     with capsys.disabled():
         print(f"\n{algo} {env} under {QEMU} -cpu Haswell-v4: final return {row['final_return']}")
     assert hashes.compare([committed[algo, env]], [row]) == []
+
+
+def test_a_claim_table_says_its_mode(tmp_path):
+    from suite.claims import load_claim_set
+    from suite.claims.tables import KERNEL_LINES, headline
+
+    shipped = load_claim_set("seed000-text")
+    assert KERNEL_LINES["native"] in headline(shipped, [])
+    portable = dataclasses.replace(shipped, kernels="portable")
+    assert KERNEL_LINES["portable"] in headline(portable, [])
+    committed = json.loads((REPO / "reports" / "claims" / "seed000-text" / "verdicts.json").read_text())
+    assert committed["kernels"] == "native" and KERNEL_LINES["native"] in committed["headline"]

@@ -322,6 +322,22 @@ _WHY = {"budget": "below the claim's budget", "not_run": "not run", "wide": "int
         "no_value": "no value"}  # fmt: skip
 
 
+def kernels_of(claims: ClaimSet) -> str:
+    """The kernel mode the set's trials ran in (it is in their keys, so the records judged are of that mode)."""
+    from suite.trial import default_kernels
+
+    return claims.kernels or default_kernels()
+
+
+KERNEL_LINES = {
+    "native": "Kernels: native (torch, MKL, numpy picked their vector kernels by each machine's CPU: exactly "
+    "reproducible on a CPU of the same vector width; docs/kernels.md).",
+    "portable": "Kernels: portable (torch, MKL, oneDNN, numpy, OpenBLAS held to AVX2: the same bits on any x86-64 "
+    "machine; docs/kernels.md).",
+}
+"""The headline's line saying which kernel mode the table's trials ran in."""
+
+
 def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
     """The first screen: what was found, counted by verdict (the source's claims apart from stand-ins and reference
     columns), the findings that matter, and what settling the rest costs."""
@@ -345,6 +361,7 @@ def headline(claims: ClaimSet, results: list[CellResult]) -> list[str]:
             more = f"; and {len(decided) - 8} more" if len(decided) > 8 else ""
             lines.append(f"{word} ({len(decided)}): {shown}{more}.")
     lines += list(claims.findings)
+    lines.append(KERNEL_LINES[kernels_of(claims)])
     pending = [r for r in results if "inconclusive" in r.verdict]
     if pending:
         hours = [r.core_hours for r in pending if r.core_hours is not None]
@@ -398,6 +415,7 @@ def write_tables(
         "location": claims.location,
         "stand_in": claims.stand_in,
         "tier": tier,
+        "kernels": kernels_of(claims),
         "command": command,
         "rule": RULE,
         "rule_doc": RULE_DOC,
