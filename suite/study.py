@@ -156,7 +156,7 @@ class Study:
             for e in envs:
                 get_env_spec(e)
             env_entries = [x for x in env_entries if x.id in envs] or [EnvEntry(e) for e in envs]
-        from suite.trial import TrialSpec
+        from suite.trial import TrialSpec, default_kernels
 
         out: list[TrialSpec] = []
         for entry in env_entries:
@@ -181,7 +181,7 @@ class Study:
                             eval_freq=self.eval_freq,
                             study=self.name,
                             plugins=self.plugins,
-                            **({"kernels": self.kernels} if self.kernels else {}),
+                            kernels=self.kernels or default_kernels(),
                         )
                     )
         return out
