@@ -88,15 +88,20 @@ def test_a_knob_is_still_an_ordinary_field_of_the_key():
 
 
 def test_the_reference_runs_trial_keys_are_what_its_studies_resolve_to():
-    """Every trial of the committed reference (``results/reference/``) resolves to the key it was recorded under:
-    neither the knobs' section nor the ``device`` field (``cpu`` by default) moves a key."""
+    """Every trial of the committed reference (``results/reference/``) resolves to the key it was recorded under, in
+    the kernel mode it ran in: neither the knobs' section nor the ``device`` field (``cpu`` by default) moves a key."""
+    import json
+
     from suite.study import load_study
+    from suite.trial import trial_kernels
 
     with open(REPO / "results" / "reference" / "runs.csv", newline="") as fh:
         recorded = {row["key"] for row in csv.DictReader(fh)}
-    keys = [
-        spec.resolve().key
-        for path in sorted((REPO / "results" / "reference" / "studies").glob("*.toml"))
-        for spec in load_study(str(path)).trials()
-    ]
+    mode = json.loads((REPO / "results" / "reference" / "provenance.json").read_text()).get("kernels", "native")
+    with trial_kernels(mode):
+        keys = [
+            spec.resolve().key
+            for path in sorted((REPO / "results" / "reference" / "studies").glob("*.toml"))
+            for spec in load_study(str(path)).trials()
+        ]
     assert len(keys) >= 8 and set(keys) <= recorded
