@@ -60,13 +60,13 @@ def test_evaluate_takes_the_path_the_key_or_a_unique_prefix(
     assert by_path[0] == 0, by_path[2]
     assert re.fullmatch(
         r"ppo on CartPole-v1: mean return [\d.]+ ± [\d.]+ over 2 episodes \(mean length \d+; evaluation seeds of trial "
-        r"seed 3\)\n",
+        r"seed 3; native kernels\)\n",
         by_path[1],
     )  # the trial's own evaluation seeds by default
     assert evaluate(capsys, key, "--db", db) == by_path
     assert evaluate(capsys, key[:6], "--db", db) == by_path
     seeded = evaluate(capsys, key[:6], "--db", db, "--seed", "0")
-    assert seeded[0] == 0 and seeded[1].endswith("evaluation seeds of trial seed 0)\n")
+    assert seeded[0] == 0 and seeded[1].endswith("evaluation seeds of trial seed 0; native kernels)\n")
 
 
 def test_an_older_key_named_file_still_loads(

@@ -19,6 +19,7 @@ from suite import kernels
 from suite.errors import UserError
 from suite.executors import run_trials
 from suite.store import ResultsStore
+from suite.store.models import model_filename
 from suite.trial import TrialSpec, run_trial, trial_kernels
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,7 +204,10 @@ def test_the_cli_takes_kernels_on_every_command_that_computes_trials():
 
 
 def test_evaluate_starts_itself_again_for_portable_kernels(both_modes):
-    model = both_modes.parent / "models" / f"{tiny(kernels='portable').resolve().key}.pt"
+    resolved = tiny(kernels="portable").resolve()
+    model = (
+        both_modes.parent / "models" / model_filename(resolved.algo.id, resolved.spec.env_id, resolved.spec.seed, resolved.key)
+    )
     env = {k: v for k, v in os.environ.items() if k not in kernels.environ("portable")}
     for flag, said in (([], "native kernels)"), (["--kernels", "portable"], "portable kernels)")):
         out = subprocess.run([sys.executable, "-m", "suite.cli", "evaluate", str(model), "--episodes", "1", *flag],
