@@ -189,7 +189,7 @@ def test_grad_accumulation_gives_the_minibatch_gradient_within_float_rounding(al
 def test_pong_default_holds_activations_for_64_frames_at_a_time():
     """The lean Pong default (suite/hyperparams/ppo.toml): the zoo's minibatch of 256 frames, computed as 4 micro-batches
     of 64 (peak RSS 0.59x sb3-ppo's instead of 0.70x, benchmarks/bench_ppo_vs_sb3.py); vector envs keep whole minibatches
-    (accumulation buys them nothing, README's toggle table)."""
+    (accumulation buys them nothing, the toggle table in docs/evidence.md)."""
     from suite.algorithms.core import micro_batches
 
     cfg = TrialSpec("ppo", "ALE/Pong-v5", 0, 10_000).resolve().config

@@ -15,7 +15,11 @@ def add_parsers(sub: Any) -> None:
     add_db(p)
 
     p = sub.add_parser("export", help="export a table of the results database to CSV or Parquet")
-    p.add_argument("--table", required=True, help="trials, curves, evals or updates")
+    p.add_argument(
+        "--table",
+        required=True,
+        help="trials, curves, evals, updates or update_bins (the binned update rows: docs/records.md)",
+    )
     p.add_argument("-o", "--output", required=True, help="FILE.csv or FILE.parquet")
     add_db(p)
 
