@@ -49,15 +49,19 @@ FIELDS = ["target", "value", "unit", "machine", "commit", "command", "date", "lo
 
 
 def machine() -> str:
-    model = ""
+    """CPU model, family and model numbers, core count and whether it is a VM (what the evidence files say)."""
+    info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info:
+        name += f" family {info['cpu family']} model {info.get('model', '?')}"
+    vm = ", VM" if "hypervisor" in info.get("flags", "").split() else ""
+    return f"{name}, {os.cpu_count()} cores{vm}"
 
 
 def commit() -> str:
