@@ -49,6 +49,8 @@ from suite.regress.runner import Slot, Unit, batches, interleaved
 from suite.study import load_study
 
 REPO = Path(__file__).resolve().parents[1]
+STUDIES = REPO / "tests" / "studies"
+"""The CI-sized studies of the planted-regression tests."""
 
 
 # -- statistics: exact answers on tiny inputs -----------------------------------------------------------------
@@ -229,8 +231,12 @@ def test_a_group_only_one_side_ran_is_missing_not_failing():
 
 
 # -- the plan: one explicit study file that every revision reads the same way --------------------------------
-def _caps(algos=("ppo", "grpo", "sb3-ppo"), envs=("CartPole-v1", "ALE/Pong-v5")):
-    kinds = {"CartPole-v1": ("discrete", "vector"), "ALE/Pong-v5": ("discrete", "image")}
+def _caps(algos=("ppo", "grpo", "sb3-ppo"), envs=("CartPole-v1", "TextMatch-v0", "ALE/Pong-v5")):
+    kinds = {
+        "CartPole-v1": ("discrete", "vector"),
+        "TextMatch-v0": ("discrete", "vector"),
+        "ALE/Pong-v5": ("discrete", "image"),
+    }
     return {
         "algorithms": [{"id": a, "action_spaces": ["discrete", "box"], "observations": ["vector", "image"]} for a in algos],
         "envs": [{"id": e, "action_space": kinds[e][0], "observation": kinds[e][1]} for e in envs],
@@ -285,14 +291,14 @@ def test_a_comparison_is_undecided_when_its_estimate_is_beyond_a_threshold_and_i
 def test_only_the_units_of_undecided_comparisons_run_again():
     from suite.regress.gate import _undecided_units
 
-    plans = make_plans(["regression", "regression-returns"], tier=None, seeds=None, threads=None,
+    plans = make_plans(["regression", str(STUDIES / "regress-speed.toml")], tier=None, seeds=None, threads=None,
                        capabilities=[_caps(("ppo", "grpo", "sb3-ppo"), ("CartPole-v1",))])  # fmt: skip
-    slow = GroupResult("ppo", "CartPole-v1", "CartPole-v1", [0, 1, 2], "identical", "", budget=5000)
+    slow = GroupResult("ppo", "CartPole-v1", "CartPole-v1", [0, 1], "identical", "", budget=4096)
     slow.speed = [_ratio("cpu_steps_per_second", 0.82, 0.57, 1.19, "same")]
     fine = GroupResult("grpo", "CartPole-v1", "CartPole-v1", [0], "identical", "", budget=2048)
     fine.speed = [_ratio("cpu_steps_per_second", 0.97, 0.80, 1.17, "same")]
     units = _undecided_units([slow, fine], plans, Thresholds())
-    assert units == [Unit("regression-returns", "ppo", "CartPole-v1")]  # the 5,000-step ppo, not the 2,048-step one
+    assert units == [Unit("regress-speed", "ppo", "CartPole-v1")]  # the 4,096-step ppo, not the 2,048-step one
     assert _undecided_units([fine], plans, Thresholds()) == []
 
 
@@ -300,8 +306,13 @@ def test_default_studies_are_shipped_and_distinct():
     plans = make_plans([], tier=None, seeds=None, threads=None, capabilities=[_caps(
         ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise", "sb3-ppo"))])  # fmt: skip
     assert [p.study.name for p in plans] == list(DEFAULT_STUDIES)
+    every = ("ppo", "ppo-adaptive-clip", "ppo-rlvr-prm", "grpo", "grpo-pairwise", "sb3-ppo")
+    assert {g.algo for g in plans[0].groups} == {g.algo for g in plans[1].groups} == set(every)  # learning guarded
+    budgets = {"ppo-rlvr-prm": 20000, "grpo": 20000, "grpo-pairwise": 20000}
     assert [(g.algo, g.env.id, g.budget, p.seeds) for p in plans[1:] for g in p.groups] == [
-        ("ppo", "CartPole-v1", 5000, (0, 1, 2)), ("ppo", "ALE/Pong-v5", 1024, (0,))]  # fmt: skip
+        *((a, "TextMatch-v0", budgets.get(a, 10000), (0, 1, 2)) for a in every),
+        ("ppo", "ALE/Pong-v5", 1024, (0,)),
+    ]
     assert study_toml(plans[2].study, "smoke", [0], 1, plans[2].groups) == plans[2].toml
 
 
@@ -491,64 +502,26 @@ def test_outside_a_git_checkout_is_a_user_error(tmp_path, monkeypatch, capsys):
 
 # -- planted regressions in throwaway commits of a temporary copy of the repository ------------------------------
 # The plants (suite/regress/plants.py) wrap stable interfaces (the trial's phases and envs, the PPO trainer's loss).
-# CI runs the cheap ones (identical code passes, a flipped loss is worse) on smoke-sized studies; the speed and memory
-# plants need several comparisons for their intervals and run as slow tests on the shipped studies;
-# benchmarks/regress_targets.py runs every plant 3 times with the defaults for the detection targets.
-SMOKE_STUDY = """name = "regress-smoke"
-description = "the smallest study the gate can run: ppo on the text env, 2 seeds, 512 steps"
-tier = "smoke"
-seeds = "0-1"
-n_eval_episodes = 2
-algos = ["ppo"]
-envs = ["TextMatch-v0"]
-
-[budgets.smoke]
-"TextMatch-v0" = 512
-"""
-
-CONTROL_STUDY = """name = "regress-controls"
-description = "three more comparisons beside Pong, so the memory interval has degrees of freedom"
-tier = "smoke"
-seeds = "0"
-n_eval_episodes = 2
-algos = ["ppo", "grpo", "sb3-ppo"]
-envs = ["CartPole-v1"]
-
-[budgets.smoke]
-"CartPole-v1" = 1024
-"""
-
-TEST_STUDY = """name = "regress-test"
-description = "ppo on CartPole-v1 at a budget where it learns, for the planted-regression tests"
-tier = "smoke"
-seeds = "0-2"
-n_eval_episodes = 5
-eval_freq = 1000
-algos = ["ppo"]
-envs = ["CartPole-v1"]
-
-[budgets.smoke]
-"CartPole-v1" = 5000
-"""
-
-
+# CI runs the gate's detection at the default thresholds on the CI-sized studies of tests/studies/: identical code
+# passes with the speed gate on, a twice-as-long update is slower, a 128 MB allocation is hungrier, a flipped loss
+# is worse. The Pong frame copy and the shipped studies run as slow tests; benchmarks/regress_targets.py measures
+# every plant's detection rate with the shipped studies.
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted")
     repo = make_planted_repo(REPO, root / "repo")
-    for name, text in (("test", TEST_STUDY), ("smoke", SMOKE_STUDY), ("controls", CONTROL_STUDY)):
-        (root / f"{name}.toml").write_text(text)
     return repo, root
 
 
-def _gate(planted, head: str, studies: list[str], repeats: int, schedule: str = "concurrent",
+def _gate(planted, head: str, studies: list[str], repeats: int = 2, schedule: str | None = None,
           max_repeats: int | None = None, **extra: Any) -> tuple[int, dict[str, dict]]:  # fmt: skip
-    """A gate run; ``max_repeats=repeats`` where a test counts the slots (undecided comparisons would add some);
+    """A gate run of ``base`` against ``head`` with the defaults but for what is given (``schedule`` None: the gate's
+    own choice); ``max_repeats=repeats`` where a test counts the slots (undecided comparisons would add some);
     ``extra``: further :class:`RegressOptions` fields."""
     from suite.regress import RegressOptions, regress
 
     repo, root = planted
-    out = root / f"run-{head}-{schedule}"
+    out = root / f"run-{head}-{schedule}-{len(list(root.glob('run-*')))}"
     opts = RegressOptions(
         base="base", head=head, studies=studies, repeats=repeats, max_repeats=max_repeats, repo=repo,
         cache=root / "cache", schedule=schedule,
@@ -569,37 +542,62 @@ def test_the_plants_apply_to_a_copy_and_leave_the_original_alone(planted):
 
 
 NO_SPEED_GATE = 10.0
-"""A speed threshold no run reaches (slower: HEAD/BASE steps/s < 0.1), for tests about everything but speed. Whether
-the speed gate calls identical code slower is a rate, measured in a benchmark (``benchmarks/regress_targets.py``), not
-a test's outcome: a 512-step trial is ~0.15 CPU s, and with the machine loaded two builds of the same code were
-measured 0.87x [0.84, 0.91] apart in a fresh-clone test run (2026-12-02), a FAIL at the default 1.1."""
+"""A speed threshold no run reaches, for the tests about slots and resuming on the 512-step smoke study, whose
+trials (~0.15 CPU s) are too short for a steady speed; the speed gate itself is tested on tests/studies/regress-speed.toml."""
+
+
+def test_identical_revisions_pass_with_every_gate_on(planted):
+    code, verdicts = _gate(planted, "same", [str(STUDIES / "regress-speed.toml")])
+    assert set(verdicts) == {"ppo/CartPole-v1", "ppo-adaptive-clip/CartPole-v1"}
+    for v in verdicts.values():
+        assert v["returns"] == "identical" and v["identical_seeds"] == 2, v
+        assert v["speed_verdict"] != "slower" and v["memory_verdict"] != "hungrier", v
+        assert v["verdict"].startswith("pass"), v
+    assert code == 0
+
+
+def test_a_twice_as_long_update_is_slower(planted):
+    # the update is over half of ppo's training time on CartPole: twice as long, ~0.55-0.6x its CPU-time steps/s
+    # (measured at load 21: 0.57 [0.49, 0.67] after 2 repeats), far past the 1/1.1 threshold
+    code, verdicts = _gate(planted, "slow-update-2x", [str(STUDIES / "regress-speed.toml")])
+    for v in verdicts.values():
+        assert v["returns"] == "identical"  # a slower update changes no result
+        assert v["speed_verdict"] == "slower" and 0.3 < v["cpu_speed_ratio"] < 0.85, v
+    assert code == 1
+
+
+def test_a_128_mb_allocation_is_hungrier(planted):
+    code, verdicts = _gate(planted, "alloc-128mb", [str(STUDIES / "regress-speed.toml")])
+    for v in verdicts.values():
+        assert v["returns"] == "identical" and v["memory_verdict"] == "hungrier", v
+        assert 100 < v["peak_rss_mb_head"] - v["peak_rss_mb_base"] < 160, v
+    assert code == 1
 
 
 def test_identical_revisions_pass_smoke(planted):
-    code, verdicts = _gate(planted, "same", [str(planted[1] / "smoke.toml")], repeats=2, schedule="interleaved",
+    code, verdicts = _gate(planted, "same", [str(STUDIES / "regress-smoke.toml")], repeats=2, schedule="interleaved",
                            max_repeats=2, thresholds=Thresholds(speed=NO_SPEED_GATE))  # fmt: skip
     (v,) = verdicts.values()
     assert code == 0 and v["returns"] == "identical" and v["identical_seeds"] == 2
     assert v["speed_verdict"] in ("same", "faster") and v["speed_pairs"] == 4  # measured, not gated
     assert v["memory_verdict"] != "hungrier" and v["verdict"].startswith("pass")
-    run = planted[1] / "run-same-interleaved"
+    (run,) = planted[1].glob("run-same-interleaved-*")
     order = [(e["side"], e["repeat"]) for e in map(json.loads, (run / "slots.jsonl").read_text().splitlines())]
     assert order == [("base", 0), ("head", 0), ("head", 1), ("base", 1)]
     assert {"regression.html", "regression.md", "verdicts.csv", "measures.csv", "runs.csv"} <= {p.name for p in run.iterdir()}
 
 
 def test_a_flipped_loss_is_worse(planted):
-    code, verdicts = _gate(planted, "flipped-loss", [str(planted[1] / "test.toml")], repeats=1)
-    v = verdicts["ppo/CartPole-v1"]
+    code, verdicts = _gate(planted, "flipped-loss", [str(STUDIES / "regress-returns.toml")], repeats=1)
+    v = verdicts["ppo/TextMatch-v0"]
     assert code == 1 and v["returns"] == "worse" and v["verdict"].startswith("FAIL")
     assert v["final_head"] < v["final_base"] / 2
 
 
 @pytest.mark.slow
-def test_a_slower_update_is_slower(planted):
-    # The update twice as long: ppo's update is 55-70% of its training time (results/reference), so ~0.6-0.65x its
-    # steps/s by that share. The 30% plant (0.85-0.89x, near the 1/1.1 threshold) needs the gate's undecided repeats
-    # to be caught every time (benchmarks/regress_targets.py): 2 repeats alone called it "same" on a quiet machine.
+def test_a_slower_update_is_slower_on_the_shipped_study(planted):
+    # The 30% plant (0.85-0.89x, near the 1/1.1 threshold) needs the gate's undecided repeats to be caught every time
+    # (benchmarks/regress_targets.py): 2 repeats alone called it "same" on a quiet machine.
     code, verdicts = _gate(planted, "slow-update-2x", ["regression"], repeats=2)
     v = verdicts["ppo/CartPole-v1"]
     assert v["returns"] == "identical"  # a slower update changes no result
@@ -609,7 +607,7 @@ def test_a_slower_update_is_slower(planted):
 
 @pytest.mark.slow
 def test_an_extra_copy_of_the_observations_is_hungrier(planted):
-    code, verdicts = _gate(planted, "obs-copy", ["regression-memory", str(planted[1] / "controls.toml")], repeats=2)
+    code, verdicts = _gate(planted, "obs-copy", ["regression-memory", str(STUDIES / "regress-controls.toml")], repeats=2)
     assert all(verdicts[f"{a}/CartPole-v1"]["memory_verdict"] == "same" for a in ("ppo", "grpo", "sb3-ppo"))  # KBs there
     v = verdicts["ppo/ALE/Pong-v5"]
     assert v["returns"] == "identical"
@@ -641,7 +639,7 @@ def test_a_reference_run_is_written_and_compared_against_smoke(planted, monkeypa
     monkeypatch.chdir(root)  # relative run folders work (each revision's suite runs in its slot folder)
     ref = root / "reference"
     common = {"repo": repo, "cache": root / "cache", "deps_env": Path(sys.prefix), "report": False, "quiet": True}
-    smoke = [str(root / "smoke.toml")]
+    smoke = [str(STUDIES / "regress-smoke.toml")]
     assert regress(RegressOptions(write_reference=True, studies=smoke, repeats=1, reference=ref, output=root / "ref-run",
                                   **common), say=lambda line: None) == 0  # fmt: skip
     provenance = json.loads((ref / "provenance.json").read_text())
@@ -658,8 +656,8 @@ def test_a_reference_run_is_written_and_compared_against_smoke(planted, monkeypa
 def test_ctrl_c_stops_the_gate_and_the_same_command_resumes_smoke(planted):
     repo, root = planted
     out = root / "interrupted"
-    argv = [sys.executable, "-m", "suite.cli", "regress", "base", "same", "--study", str(root / "smoke.toml"), "--repeats",
-            "2", "--max-repeats", "2", "--schedule", "interleaved", "--deps-env", sys.prefix, "--cache",
+    argv = [sys.executable, "-m", "suite.cli", "regress", "base", "same", "--study", str(STUDIES / "regress-smoke.toml"),
+            "--repeats", "2", "--max-repeats", "2", "--schedule", "interleaved", "--deps-env", sys.prefix, "--cache",
             str(root / "cache"), "-o", str(out), "--quiet", "--no-report",
             "--speed-threshold", str(NO_SPEED_GATE)]  # fmt: skip
     # its own session: Ctrl-C goes to the gate and the revisions' runs (its process group), not to pytest

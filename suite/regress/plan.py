@@ -24,8 +24,9 @@ DEFAULT_STUDIES = ("regression", "regression-returns", "regression-memory")
 """What ``suite regress`` runs without ``--study``: the shipped CI-sized studies (``suite/studies/*.toml``). Three
 files, because a study is algorithms x envs x seeds and each part needs other seeds and budgets: ``regression``
 runs every suite algorithm and the SB3 PPO wrapper on CartPole with one seed (exact outcomes, speed, memory per
-code path), ``regression-returns`` runs ``ppo`` with 3 seeds at a budget where it learns (a returns test needs
-seeds), ``regression-memory`` runs ``ppo`` on Pong frames (large observations make a memory regression of the
+code path), ``regression-returns`` runs every suite algorithm and the SB3 PPO wrapper on the text env with 3 seeds
+at a budget where each learns (a returns test needs seeds; it is what fails a version bump that loses learning),
+``regression-memory`` runs ``ppo`` on Pong frames (large observations make a memory regression of the
 rollout visible)."""
 
 

@@ -15,6 +15,10 @@ loss), so it keeps working when the algorithms' internals are rewritten:
 ``obs-copy``
     the rollout keeps an extra float32 copy of every observation it collects (on Pong: 8 envs x 128 steps x
     4x84x84 frames = 115.6 MB more at the peak);
+``alloc-128mb``
+    the trial holds an extra 128 MB buffer (written, so resident) from its first rollout on: the CI-sized memory
+    plant, caught on any env (CartPole's peak RSS is a few hundred MB, so +128 MB is far past the 1.1 factor), in
+    seconds and without Atari;
 ``same``
     a README-only change: identical code, which must pass.
 """
@@ -107,10 +111,28 @@ TrialContext.make_envs, TrialContext.begin_phase = _make_envs_keeping_copies, _b
 """,
 )
 
+ALLOC_128MB = (
+    "suite/trial.py",
+    """
+# planted regression: the trial holds an extra 128 MB buffer from its first rollout on
+_planted_begin_alloc = TrialContext.begin_phase
+
+
+def _begin_phase_allocating(self, name):
+    if name == "rollout" and getattr(self, "_planted_buffer", None) is None:
+        self._planted_buffer = np.ones(16 * 2**20)  # 16 Mi float64 = 128 MB, written: resident
+    _planted_begin_alloc(self, name)
+
+
+TrialContext.begin_phase = _begin_phase_allocating
+""",
+)
+
 SAME = ("README.md", "\nA README-only change.\n")
 
 PLANTS: dict[str, tuple[str, str]] = {
     "slow-update": SLOW_UPDATE, "slow-update-2x": SLOW_UPDATE_2X, "flipped-loss": FLIPPED_LOSS, "obs-copy": OBS_COPY,
+    "alloc-128mb": ALLOC_128MB,
 }  # fmt: skip
 """Plant name -> (file it is appended to, code)."""
 
