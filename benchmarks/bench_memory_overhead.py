@@ -17,6 +17,10 @@ Two measurements, side by side in one run, one torch thread:
 
     python benchmarks/bench_memory_overhead.py                     # CartPole-v1, 50k steps, seeds 0-2
     python benchmarks/bench_memory_overhead.py --algo sb3-dqn --env LunarLander-v3 --steps 20000
+
+The figures are appended as rows to ``--csv`` (``results/evidence/memory-probe-overhead.csv``; target, value,
+unit, machine, commit, command, date, load, notes: :mod:`benchmarks.evidence_rows`), the full run as JSON to
+``--output``.
 """
 
 from __future__ import annotations
@@ -24,14 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from suite.profile.memory import MemoryProbe
-from suite.provenance import collect_provenance, utc_now_iso
-from suite.study import parse_seeds
-from suite.trial import TrialSpec, run_trial
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import evidence_rows  # noqa: E402
+from suite.memory_probe import MemoryProbe  # noqa: E402
+from suite.provenance import collect_provenance, utc_now_iso  # noqa: E402
+from suite.study import parse_seeds  # noqa: E402
+from suite.trial import TrialSpec, run_trial  # noqa: E402
 
 TARGET = 0.03
 """The issue's bound on the ``rss`` probe's overhead, as a fraction of training time."""
@@ -74,8 +83,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="0-2")
     ap.add_argument("--steps", type=int, default=50_000)
     ap.add_argument("--full", action="store_true", help="also run the trials in full mode (memray)")
-    ap.add_argument("--output", default="results/benchmarks/memory_overhead.json")
+    ap.add_argument("--output", default=".benchmarks/memory_overhead.json", help="the full run, as JSON")
+    ap.add_argument("--csv", type=Path, default=evidence_rows.EVIDENCE_DIR / "memory-probe-overhead.csv",
+                    help="evidence CSV the figures are appended to")  # fmt: skip
     args = ap.parse_args()
+    load_before = evidence_rows.load()
     import torch
 
     torch.set_num_threads(1)
@@ -113,12 +125,42 @@ def main() -> None:
                 else ""
             )  # fmt: skip
         )
+    load = f"{load_before} -> {evidence_rows.load()}"
+    evidence_rows.append_rows(args.csv, evidence(args, rows, result, load))
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"benchmark": "memory_probe_overhead", "format_version": 1, "timestamp": utc_now_iso(),
-                               "args": vars(args), "rows": rows, "result": result, "machine": collect_provenance(1)},
-                              indent=2))  # fmt: skip
-    print(f"wrote {out}")
+                               "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "result": result,
+                               "machine": collect_provenance(1)}, indent=2))  # fmt: skip
+    print(f"appended to {args.csv}; wrote {out}")
+
+
+def evidence(args: argparse.Namespace, rows: list[dict[str, Any]], result: dict[str, Any], load: str) -> list[dict]:
+    """Evidence rows: the cost per phase of each mode, and per measured mode its overhead, estimated and direct."""
+    trial = f"{args.algo} on {args.env}, {args.steps} steps, seeds {args.seeds}, 1 torch thread"
+    calls = statistics.median(r["off"]["phase_calls"] for r in rows)
+    cpu = statistics.median(r["off"]["cpu_s"] for r in rows)
+    out = [
+        evidence_rows.row(
+            f"memory-probe-{mode}-cost-per-phase",
+            round(us, 2),
+            "us CPU per phase (enter + exit)",
+            load=load,
+            notes=f"{mode} probe around an empty phase, 20,000 calls in one process",
+        )  # fmt: skip
+        for mode, us in result["cost_per_phase_us"].items()
+    ]
+    for mode in (m for m in result if m != "cost_per_phase_us"):
+        r = result[mode]
+        direct = (f"{100 * r['direct_overhead_median']:+.1f}% [{100 * r['direct_overhead_min']:+.1f}, "
+                  f"{100 * r['direct_overhead_max']:+.1f}]")  # fmt: skip
+        out.append(evidence_rows.row(
+            f"memory-probe-{mode}-overhead", round(100 * r["estimated_overhead"], 3), "% of a trial's CPU time",
+            load=load, notes=f"cost per phase x {calls:.0f} phase calls / {cpu:.1f} CPU s of a trial without the "
+            f"probe (median over seeds); {trial}; measured directly (CPU time with / without, paired by seed, median "
+            f"[min, max]): {direct}" + (f"; target <= {100 * TARGET:.0f}%" if mode == "rss" else ""),
+        ))  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ the algorithm does not have is reported and skipped; ``--toggle NAME=VALUE`` rep
 
     python benchmarks/bench_memory_toggles.py                        # ppo, 3 envs, 3 repeats
     python benchmarks/bench_memory_toggles.py --envs ALE/Pong-v5 --repeats 2 --dry-run
+
+Every profile starts afresh (``--fresh``: runs saved by an earlier call, perhaps of older code, are discarded).
+Each variant's peak RSS (of the process, median over the repeats) and its ratio to the baseline's (median [min,
+max] of the ratios paired by repeat) are appended as rows to ``--csv``
+(``results/evidence/memory-toggles.csv``; :mod:`benchmarks.evidence_rows`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,14 @@ from typing import Any
 
 import pandas as pd
 
-from suite.config import config_to_dict
-from suite.profile.memory import BASELINE, PROFILES_DIR, default_output_dir
-from suite.registry import get_algorithm
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import evidence_rows  # noqa: E402
+from suite.config import config_to_dict  # noqa: E402
+from suite.plugins import load_plugins  # noqa: E402
+from suite.profile.memory import BASELINE, PROFILES_DIR, default_output_dir  # noqa: E402
+from suite.registry import get_algorithm  # noqa: E402
 
 ENVS = ("CartPole-v1", "LunarLander-v3", "ALE/Pong-v5")
 STEPS = {"CartPole-v1": None, "LunarLander-v3": None, "ALE/Pong-v5": 3072}
@@ -58,6 +68,7 @@ def toggles_for(algo: str, env_id: str, explicit: list[str]) -> tuple[list[str],
     """``--toggle`` arguments for one env, and the fields the algorithm lacks."""
     if explicit:
         return explicit, []
+    load_plugins(())  # the built-in algorithms and the installed plugins, as every command loads them
     config = config_to_dict(get_algorithm(algo).make_config(env_id))
     toggles, missing = [], []
     for name in FIELDS:
@@ -77,6 +88,8 @@ def main() -> None:
     ap.add_argument("--toggle", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--output", default=str(PROFILES_DIR / "toggles"), help="one profile folder per env under it")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--csv", type=Path, default=evidence_rows.EVIDENCE_DIR / "memory-toggles.csv",
+                    help="evidence CSV the peak RSS ratios are appended to")  # fmt: skip
     args = ap.parse_args()
     rows = []
     for env_id in args.envs:
@@ -87,7 +100,7 @@ def main() -> None:
             continue
         out = Path(args.output) / default_output_dir(args.algo, env_id).name
         cmd = [sys.executable, "-m", "suite.cli", "profile", "memory", "--algo", args.algo, "--env", env_id,
-               "--repeats", str(args.repeats), "-o", str(out), "--quiet"]  # fmt: skip
+               "--repeats", str(args.repeats), "-o", str(out), "--quiet", "--fresh"]  # fmt: skip
         if STEPS.get(env_id):
             cmd += ["--steps", str(STEPS[env_id])]
         for t in toggles:
@@ -95,8 +108,12 @@ def main() -> None:
         print(" ".join(cmd[1:]), flush=True)
         if args.dry_run:
             continue
+        load_before = evidence_rows.load()
         subprocess.run(cmd, check=True)
+        load = f"{load_before} -> {evidence_rows.load()}"
         summary = pd.read_csv(out / "tables" / "profile_summary.csv").set_index(["variant", "row", "measure"])
+        steps = STEPS.get(env_id) or "the profile's default (two rollouts)"
+        evidence_rows.append_rows(args.csv, evidence(args.algo, env_id, summary, steps, args.repeats, load))
         for variant in dict.fromkeys(v for v, _, _ in summary.index):
             row: dict[str, Any] = {"env": env_id, "variant": variant}
             for phase, measure, title in SHOWN:
@@ -113,6 +130,29 @@ def main() -> None:
         print("|" + "|".join(":---" if i < 2 else "---:" for i in range(len(table.columns))) + "|")
         for values in table.itertuples(index=False):
             print("| " + " | ".join(str(v) for v in values) + " |")
+
+
+def evidence(algo: str, env_id: str, summary: pd.DataFrame, steps: Any, repeats: int, load: str) -> list[dict]:
+    """Per variant, the process's peak RSS as evidence rows: the baseline in MB, every toggle as its ratio."""
+    out = []
+    for variant in dict.fromkeys(v for v, _, _ in summary.index):
+        if (variant, "trial", "rss_peak_mb") not in summary.index:
+            continue
+        e = summary.loc[(variant, "trial", "rss_peak_mb")]
+        label = variant.replace(" ", "-")
+        what = f"{algo} on {env_id}, {steps} steps, {int(e['n'])} of {repeats} fresh processes"
+        if variant == BASELINE:
+            out.append(evidence_rows.row(f"memory-{algo}-{env_id}-baseline-peak-rss", round(float(e["median"]), 1),
+                                         "MB (median over repeats)", load=load,
+                                         notes=f"{what}; [{e['min']:.1f}, {e['max']:.1f}] MB"))  # fmt: skip
+            continue
+        if pd.isna(e["ratio_median"]):
+            continue
+        notes = (f"{what}; peak RSS {e['median']:.1f} MB; ratio to the baseline's paired by repeat, median "
+                 f"[{e['ratio_min']:.2f}, {e['ratio_max']:.2f}]")  # fmt: skip
+        out.append(evidence_rows.row(f"memory-{algo}-{env_id}-{label}-peak-rss-ratio", round(float(e["ratio_median"]), 3),
+                                     "x baseline peak RSS", load=load, notes=notes))  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

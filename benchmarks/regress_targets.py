@@ -11,7 +11,9 @@ expected verdict) and how often the identical revision passed (the false-alarm r
 
 About an hour of machine time at the defaults (12 gate runs of 3-11 minutes on this 2-core machine; measured:
 ``results/regress-targets/README.md``); say how loaded the machine was when quoting the figures (the summary
-records the load average during every gate run).
+records the load average during every gate run). Per plant, how many runs said what they must is also appended to
+``--csv`` (``results/evidence/regress-targets.csv``; :mod:`benchmarks.evidence_rows`). The gate's trial databases
+and models stay in each run's ``base/`` and ``head/`` folders, which are not for committing.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import evidence_rows  # noqa: E402
 from suite.regress.plants import PLANTS, make_planted_repo  # noqa: E402
 
 EXPECTED = {"same": None, "slow-update": "slower", "flipped-loss": "worse", "obs-copy": "hungrier"}
@@ -50,7 +53,8 @@ def run_gate(repo: Path, head: str, out: Path, cache: Path | None, deps_env: Pat
         f"{r.algo}/{r.env_label}@{r.budget}: {r.verdict}" for r in verdicts.itertuples() if r.verdict.startswith("FAIL")
     ]  # fmt: skip
     return {"head": head, "exit_code": done.returncode, "seconds": round(seconds, 1), "load_start": load0,
-            "load_end": load1, "failing": failing, "stderr_tail": done.stderr.strip().splitlines()[-3:]}  # fmt: skip
+            "load_end": load1, "failing": failing, "comparisons": len(verdicts),
+            "stderr_tail": done.stderr.strip().splitlines()[-3:]}  # fmt: skip
 
 
 def caught(result: dict) -> bool:
@@ -71,6 +75,8 @@ def main() -> int:
         "--cache", type=Path, help="build cache (default: suite regress's own, $SUITE_CACHE or ~/.cache/rl-suite)"
     )
     parser.add_argument("--gate-arg", action="append", default=[], help="extra argument for suite regress (repeatable)")
+    parser.add_argument("--csv", type=Path, default=evidence_rows.EVIDENCE_DIR / "regress-targets.csv",
+                        help="evidence CSV the per-plant counts are appended to")  # fmt: skip
     args = parser.parse_args()
     # the gate runs in the throwaway repository: every path the user gave is read from here
     args.out = args.out.absolute()
@@ -82,6 +88,7 @@ def main() -> int:
         parser.error(f"unknown plants {unknown}; known: {', '.join(EXPECTED)} (and {', '.join(PLANTS)})")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.jsonl").unlink(missing_ok=True)  # one invocation's runs, not an accumulation
+    context = {"commit": evidence_rows.commit(), "machine": evidence_rows.machine(), "command": evidence_rows.command()}
     results = []
     with tempfile.TemporaryDirectory(prefix="regress-targets-") as tmp:
         repo = make_planted_repo(REPO, Path(tmp) / "repo")
@@ -89,7 +96,7 @@ def main() -> int:
         for run in range(args.runs):
             for plant in plants:
                 res = run_gate(repo, plant, args.out / f"run{run}-{plant}", cache, args.deps_env, args.gate_arg)
-                res.update(run=run, caught=caught(res))
+                res.update(run=run, caught=caught(res), date=evidence_rows.utc_now(), **context)
                 results.append(res)
                 print(json.dumps(res), flush=True)
                 with open(args.out / "results.jsonl", "a") as fh:
@@ -101,7 +108,23 @@ def main() -> int:
     ).reset_index()  # fmt: skip
     summary.to_csv(args.out / "summary.csv", index=False)
     print(summary.to_string(index=False))
+    evidence_rows.append_rows(args.csv, evidence(frame, context))
     return 0 if bool(frame["caught"].all()) else 1
+
+
+def evidence(frame: pd.DataFrame, context: dict[str, str]) -> list[dict]:
+    """Per plant, how many gate runs said what they must, as evidence rows (loads and failing comparisons noted)."""
+    out = []
+    for head, runs in frame.groupby("head", sort=False):
+        want = EXPECTED[str(head)] or "pass"
+        failing = sorted({f for fs in runs["failing"] for f in fs})
+        seconds = ", ".join(f"{s:.0f}" for s in runs["seconds"])
+        notes = (f"must: {want}; gate seconds {seconds}; failing comparisons: {'; '.join(failing) or 'none'} "
+                 f"(of {int(runs['comparisons'].max())})")  # fmt: skip
+        load = ", ".join(f"{a:.1f} -> {b:.1f}" for a, b in zip(runs["load_start"], runs["load_end"], strict=True))
+        out.append(evidence_rows.row(f"regress-gate-{head}", int(runs["caught"].sum()),
+                                     f"of {len(runs)} gate runs as expected", load=load, notes=notes, **context))  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":
