@@ -150,6 +150,9 @@ def evidence(algo: str, env_id: str, summary: pd.DataFrame, steps: Any, repeats:
             continue
         notes = (f"{what}; peak RSS {e['median']:.1f} MB; ratio to the baseline's paired by repeat, median "
                  f"[{e['ratio_min']:.2f}, {e['ratio_max']:.2f}]")  # fmt: skip
+        if (variant, "trial", "rss_above_start_mb") in summary.index:
+            a = summary.loc[(variant, "trial", "rss_above_start_mb")]
+            notes += f"; above the trial's start {a['median']:.1f} MB, ratio {a['ratio_median']:.2f}"
         out.append(evidence_rows.row(f"memory-{algo}-{env_id}-{label}-peak-rss-ratio", round(float(e["ratio_median"]), 3),
                                      "x baseline peak RSS", load=load, notes=notes))  # fmt: skip
     return out
