@@ -13,7 +13,9 @@ the algorithm does not have is reported and skipped; ``--toggle NAME=VALUE`` rep
     python benchmarks/bench_memory_toggles.py                        # ppo, 3 envs, 3 repeats
     python benchmarks/bench_memory_toggles.py --envs ALE/Pong-v5 --repeats 2 --dry-run
 
-Every profile starts afresh (``--fresh``: runs saved by an earlier call, perhaps of older code, are discarded).
+Every profile starts afresh (``--fresh``: runs saved by an earlier call, perhaps of older code, are discarded)
+unless ``--resume`` is given, which keeps the runs an interrupted call of the same code saved (e.g. the first
+repeat of a profile stopped for time, summarised with ``--repeats 1 --resume``).
 Each variant's peak RSS (of the process, median over the repeats) and its ratio to the baseline's (median [min,
 max] of the ratios paired by repeat) are appended as rows to ``--csv``
 (``results/evidence/memory-toggles.csv``; :mod:`benchmarks.evidence_rows`).
@@ -88,6 +90,7 @@ def main() -> None:
     ap.add_argument("--toggle", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--output", default=str(PROFILES_DIR / "toggles"), help="one profile folder per env under it")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--resume", action="store_true", help="keep the runs an earlier call saved in --output")
     ap.add_argument("--csv", type=Path, default=evidence_rows.EVIDENCE_DIR / "memory-toggles.csv",
                     help="evidence CSV the peak RSS ratios are appended to")  # fmt: skip
     args = ap.parse_args()
@@ -100,7 +103,7 @@ def main() -> None:
             continue
         out = Path(args.output) / default_output_dir(args.algo, env_id).name
         cmd = [sys.executable, "-m", "suite.cli", "profile", "memory", "--algo", args.algo, "--env", env_id,
-               "--repeats", str(args.repeats), "-o", str(out), "--quiet", "--fresh"]  # fmt: skip
+               "--repeats", str(args.repeats), "-o", str(out), "--quiet"] + ([] if args.resume else ["--fresh"])  # fmt: skip
         if STEPS.get(env_id):
             cmd += ["--steps", str(STEPS[env_id])]
         for t in toggles:
