@@ -175,8 +175,7 @@ def _server(imports: tuple[str, ...], kernels: str = "native") -> Any:
     forkserver because a forked child inherits its server's pages as resident memory (see
     :data:`FORKSERVER_PRELOAD`), so only the trials that import them anyway are forked from a server that has them,
     and the import is paid once per study instead of per trial. Their RSS at the start is the libraries' pages
-    without the import's temporary allocations (`sb3-ppo` on CartPole: 315.6 instead of 331.8 MB, 2026-12-02), as
-    the suite's own trials have always started."""
+    without the import's temporary allocations, as the suite's own trials have always started (docs/memory.md)."""
     with _SERVERS_LOCK:
         server = _SERVERS.get((imports, kernels))
         if server is None:

@@ -11,7 +11,7 @@ first):
 2. **limit**: the same work with everything but the env and the network removed, timed in the same run, between
    the training's iterations (:class:`InterleavedLimit`: after each rollout + update, that iteration's share, on the
    trainer's own network with its state kept, so the training is unchanged; training and limit then meet the same
-   moments of a shared machine's speed; ``interleave=False`` times it after the slice, as before 2026-12-04): the env
+   moments of a shared machine's speed; ``interleave=False`` times it after the slice instead): the env
    stepped alone (the trainer's vector env, random actions, as many vector steps as training took, or as many
    sub-env steps where training stepped only the running episodes' sub-envs, as GRPO's groups do) and the network
    alone (as many inference forwards of the same batch, as many forward + backward + optimiser steps of the same
@@ -25,7 +25,7 @@ first):
    rate on a large matmul, measured in the same run;
 3. **plain**: as a trial runs it, without the lap clock and the limit, for the headline training time and steps/s
    and the fraction of the limit (the lap clock's own reads cost a few percent of ``ppo``'s CartPole training);
-4. **top functions**: under ``cProfile`` (which adds ~1 us per Python call, so it inflates Python-heavy parts;
+4. **top functions**: under ``cProfile`` (which adds a fixed cost to every Python call, so it inflates Python-heavy parts;
    its times are for ranking, the timed run's are the figures).
 
 The loops call a clock at every part of a step: in every normal trial the null clock
@@ -142,7 +142,7 @@ class SpeedProfile:
     """``cpu`` (process CPU time) or ``wall``: what every time here is."""
     plain_train_time: float | None = None
     """The slice's training time in a run as a trial makes it: the same slice again, without the lap clock (a clock
-    read and a few dict updates per part of every step: ~4% of ``ppo``'s CartPole training, 2026-12-04) and without
+    read and a few dict updates per part of every step, a few percent of ``ppo``'s CartPole training) and without
     the limit's work between iterations. :attr:`train_time` is the part-by-part run's. None: not measured."""
 
     @property
