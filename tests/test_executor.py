@@ -211,14 +211,17 @@ def test_a_trial_that_stops_reporting_is_ended_retried_and_recorded_as_timeout(t
     nothing after it starts, so the default rule (no sign of life for the limit) ends it, retries it once and records
     a timeout; a trial beside it that does report runs to its end."""
     import suite.executors.common as common
+    from suite import plugins
 
     plugin = tmp_path / "hangs.py"
     plugin.write_text(HANGS)
     monkeypatch.setattr(common, "default_trial_timeout", lambda budget: 2.0)
     db = tmp_path / "t.db"
-    hangs = TrialSpec("hangs", "CartPole-v1", 0, 1024, n_eval_episodes=2, plugins=(str(plugin),)).resolve()
     quick = tiny(1)
-    with ResultsStore(db) as store:
+    # Resolving the spec loads the plugin into this process's registry: isolated, so that no later test in this
+    # worker process sees a plugin algorithm among the built-ins.
+    with plugins.isolated(), ResultsStore(db) as store:
+        hangs = TrialSpec("hangs", "CartPole-v1", 0, 1024, n_eval_episodes=2, plugins=(str(plugin),)).resolve()
         # the quick trial runs without a limit: on a loaded machine it can be silent (importing torch) for 2 s
         run_trials([quick], save=store.save_trial, workers=1, trial_timeout=0, show_progress=False)
         summary = run_trials([hangs], save=store.save_trial, workers=2, max_retries=1, show_progress=False)
