@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite.executors import format_duration
 from suite.store import ResultsStore
 from suite.store.queries import StoreQueries
 from suite.throughput import TrialTime, trial_times
@@ -161,9 +162,10 @@ class RunPlan:
         out.append(text)
         walls = []
         if workers_at_hand:
-            walls.append(f"{_duration(self.wall_seconds(workers_at_hand))} on {_workers(workers_at_hand)}{at_hand_label}")
+            wall = format_duration(self.wall_seconds(workers_at_hand))
+            walls.append(f"{wall} on {_workers(workers_at_hand)}{at_hand_label}")
         if asked and asked != workers_at_hand:
-            walls.append(f"{_duration(self.wall_seconds(asked))} on {_workers(asked)} (--workers {asked})")
+            walls.append(f"{format_duration(self.wall_seconds(asked))} on {_workers(asked)} (--workers {asked})")
         if walls:
             out.append(
                 "  wall time: about " + "; about ".join(walls) + (" (known speeds only)" if known < self.to_run else "")
@@ -197,13 +199,3 @@ def make_run_plan(
 
 def _workers(n: int) -> str:
     return f"{n} worker{'s' * (n != 1)}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"

@@ -149,9 +149,9 @@ class Plan:
             text += f"; {_steps(self.steps)} env steps"
             if self.estimate_s is not None:
                 if self.workers:
-                    text += f", about {_duration(self.estimate_s)} on {self.workers} worker{'s' * (self.workers > 1)}"
+                    text += f", about {format_duration(self.estimate_s)} on {self.workers} worker{'s' * (self.workers > 1)}"
                 else:
-                    text += f", about {_duration(self.estimate_s)} of trial time in all"
+                    text += f", about {format_duration(self.estimate_s)} of trial time in all"
                 if self.unestimated:
                     text += f" plus {self.unestimated:,} trial{'s' * (self.unestimated > 1)} with no recorded speed"
             else:
@@ -166,7 +166,8 @@ def _steps(n: int) -> str:
     return str(n)
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.5 h`` or ``6.3 days``: a time estimate as a person reads it."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:

@@ -49,8 +49,8 @@ def _planted_slow_update(begin, end):
         self._planted_t0 = None
         if started is not None and started[0] == "update":
             until = time.perf_counter() + {extra!r} * (time.perf_counter() - started[1])
-            while time.perf_counter() < until:
-                pass
+            while time.perf_counter() < until:  # spin, not sleep: the plant costs CPU time as a slower update would
+                continue
         end(self)
 
     return begin_phase, end_phase
