@@ -1,14 +1,16 @@
 """Speed of the two kernel modes side by side (issue 57: choose the default by measurement).
 
-Every case (algorithm x env) runs in one fresh ``suite run`` per mode and repeat, alternating native and portable
-(the order flips every repeat, so a linear drift of a shared machine cancels), the same trial in both (seed 0, the
-same budget, one final evaluation, no models saved). Each trial's speed is read from its record: env steps per CPU
-second of training (every phase but ``eval``; barely moved by other load on a shared machine) and per wall second. Rows go to
-``results/evidence/kernels-speed.csv`` (the evidence convention: ``target,value,unit,machine,commit,command,date`` and
-``load,notes``): per case and mode the median over repeats, the portable/native ratio, and where ``sb3-ppo`` ran too,
-the ratio of each algorithm to it in each mode.
+Every env's algorithms run in one fresh ``suite run`` per mode and repeat, the two modes back to back (native then
+portable, the order flipping every repeat and env, so a load swing of a shared machine lands on both modes of a pair
+and a linear drift cancels), the same trial in both (seed 0, the same budget, one final evaluation, no models saved).
+Each trial's speed is read from its record: env steps per CPU second of training (every phase but ``eval``; barely
+moved by other load on a shared machine) and per wall second. Rows go to ``results/evidence/kernels-speed.csv`` (the
+evidence convention: ``target,value,unit,machine,commit,command,date`` and ``load,notes``): per case and mode the
+median over repeats; the portable/native ratio of the medians with the ratio of each back-to-back pair (its spread);
+and where ``sb3-ppo`` ran too, the ratio of each algorithm to it in each mode, on both clocks.
 
-    python benchmarks/bench_kernels.py --repeats 2 --algo ppo --algo sb3-ppo
+    python benchmarks/bench_kernels.py --repeats 3 --algo ppo --algo ppo-adaptive-clip --algo ppo-rlvr-prm \
+        --algo grpo --algo grpo-pairwise --algo sb3-ppo
     python benchmarks/bench_kernels.py --rerun-cost     # re-running the committed claim tables in portable mode
 
 ``--rerun-cost`` sums the single-thread core-hours the records of every committed claim table (``reports/claims/*/
@@ -123,12 +125,14 @@ def main() -> int:
     walls: dict[tuple[str, str, str], list[float]] = {}
     loads: list[float] = []
     for r in range(args.repeats):
-        for mode in ("native", "portable") if r % 2 == 0 else ("portable", "native"):
-            loads.append(os.getloadavg()[0])
-            for (algo, env), (cpu, wall) in one_study(algos, envs, mode).items():
-                speeds.setdefault((algo, env, mode), []).append(cpu)
-                walls.setdefault((algo, env, mode), []).append(wall)
-                print(f"{algo} {env} {mode}: {cpu:.0f} steps/CPU-s, {wall:.0f} steps/s (load {loads[-1]:.1f})", flush=True)
+        for i, env in enumerate(envs):
+            for mode in ("native", "portable") if (r + i) % 2 == 0 else ("portable", "native"):
+                loads.append(os.getloadavg()[0])
+                for (algo, env_id), (cpu, wall) in one_study(algos, [env], mode).items():
+                    speeds.setdefault((algo, env_id, mode), []).append(cpu)
+                    walls.setdefault((algo, env_id, mode), []).append(wall)
+                    print(f"{algo} {env_id} {mode}: {cpu:.0f} steps/CPU-s, {wall:.0f} steps/s "
+                          f"(repeat {r}, load {loads[-1]:.1f})", flush=True)  # fmt: skip
             loads.append(os.getloadavg()[0])
     date = datetime.now(UTC).isoformat(timespec="seconds")
     load = f"{min(loads):.1f}-{max(loads):.1f}"
@@ -137,18 +141,25 @@ def main() -> int:
     def add(target: str, value: float, unit: str, notes: str) -> None:
         rows.append([target, f"{value:.4g}", unit, where, commit, command, date, load, notes])
 
+    def listed(values: list[float], fmt: str = ".0f") -> str:
+        return ", ".join(f"{x:{fmt}}" for x in values)
+
     med = {k: statistics.median(v) for k, v in speeds.items()}
+    wall_med = {k: statistics.median(v) for k, v in walls.items()}
     for (algo, env, mode), value in sorted(med.items()):
-        spread = ", ".join(f"{x:.0f}" for x in speeds[algo, env, mode])
-        add(f"{algo} {env} {mode}", value, "steps per CPU second", f"median of {spread}; wall steps/s "
-            + ", ".join(f"{x:.0f}" for x in walls[algo, env, mode]))  # fmt: skip
+        notes = f"median of {listed(speeds[algo, env, mode])}; wall steps/s {listed(walls[algo, env, mode])}"
+        add(f"{algo} {env} {mode}", value, "steps per CPU second", notes)
     for algo in algos:
         for env in envs:
+            pairs = [p / n for p, n in zip(speeds[algo, env, "portable"], speeds[algo, env, "native"], strict=True)]
+            wall_pairs = [p / n for p, n in zip(walls[algo, env, "portable"], walls[algo, env, "native"], strict=True)]
             add(
                 f"{algo} {env} portable/native",
                 med[algo, env, "portable"] / med[algo, env, "native"],
                 "ratio",
-                "CPU-time speed, portable over native",
+                f"CPU-time speed, portable over native (medians); back-to-back pairs {listed(pairs, '.3f')} "
+                f"(range {min(pairs):.3f}-{max(pairs):.3f}); wall clock "
+                f"{wall_med[algo, env, 'portable'] / wall_med[algo, env, 'native']:.3f} (pairs {listed(wall_pairs, '.2f')})",
             )
             if algo != "sb3-ppo" and "sb3-ppo" in algos:
                 for mode in ("native", "portable"):
@@ -156,7 +167,8 @@ def main() -> int:
                         f"{algo}/sb3-ppo {env} {mode}",
                         med[algo, env, mode] / med["sb3-ppo", env, mode],
                         "ratio",
-                        f"CPU-time speed of {algo} over sb3-ppo, both {mode}",
+                        f"CPU-time speed of {algo} over sb3-ppo, both {mode} (medians); wall clock "
+                        f"{wall_med[algo, env, mode] / wall_med['sb3-ppo', env, mode]:.3f}",
                     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new = not args.out.exists()
