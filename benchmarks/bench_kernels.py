@@ -11,12 +11,15 @@ and where ``sb3-ppo`` ran too, the ratio of each algorithm to it in each mode, o
 
     python benchmarks/bench_kernels.py --repeats 3 --algo ppo --algo ppo-adaptive-clip --algo ppo-rlvr-prm \
         --algo grpo --algo grpo-pairwise --algo sb3-ppo
+    python benchmarks/bench_kernels.py --pool           # the pooled rows of the latest run in the file (no run)
     python benchmarks/bench_kernels.py --rerun-cost     # re-running the committed claim tables in portable mode
 
-``--rerun-cost`` sums the single-thread core-hours the records of every committed claim table (``reports/claims/*/
-records.db``, all native) recorded, per env and algorithm, and divides each by the latest measured portable/native
-ratio of that algorithm on that env (of ``ppo`` where the algorithm was not measured; 1 where the env was not):
-the estimated core-hours of running them again in portable mode.
+``--rerun-cost`` sums the single-thread core-hours the native records of every committed claim table
+(``reports/claims/*/records.db``) recorded, per env and algorithm, and divides each by the latest measured
+portable/native ratio of that algorithm on that env (of ``sb3-ppo`` for another ``sb3-*`` algorithm, of ``ppo`` for
+any other one not measured; 1 where the env was not): the estimated core-hours of running them again in portable
+mode. A set whose claim-set file says ``kernels = "portable"`` has been re-run: its portable records' recorded
+core-hours are given beside the estimate, a check of it.
 """
 
 from __future__ import annotations
@@ -75,26 +78,92 @@ def rerun_cost(out: Path) -> list[list[str]]:
     import glob
     import sqlite3
 
+    from suite.claims import load_claim_set
+
     latest: dict[str, float] = {}
     with out.open() as f:
         for row in csv.DictReader(f):
             if row["target"].endswith(" portable/native"):
                 latest[row["target"].removesuffix(" portable/native")] = float(row["value"])
-    native = portable = 0.0
+
+    def ratio(algo: str, env: str) -> float:
+        fallback = "sb3-ppo" if algo.startswith("sb3-") else "ppo"
+        return latest.get(f"{algo} {env}", latest.get(f"{fallback} {env}", 1.0))
+
+    native = portable = left = 0.0
     per_set = []
     for db in sorted(glob.glob(str(REPO / "reports" / "claims" / "*" / "records.db"))):
+        name = Path(db).parent.name
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        rows = conn.execute("SELECT algo, env_id, SUM(wall_time_s) FROM trials GROUP BY algo, env_id").fetchall()
+        rows = conn.execute("SELECT algo, env_id, wall_time_s, provenance FROM trials").fetchall()
         conn.close()
-        hours = sum(float(s or 0) for _, _, s in rows) / 3600
-        estimate = sum(float(s or 0) / latest.get(f"{a} {e}", latest.get(f"ppo {e}", 1.0)) for a, e, s in rows) / 3600
+        hours = estimate = measured = 0.0
+        for algo, env, seconds, provenance in rows:
+            mode = (json.loads(provenance or "{}").get("kernels") or {}).get("mode", "native")
+            if mode == "portable":
+                measured += float(seconds or 0) / 3600
+            else:
+                hours += float(seconds or 0) / 3600
+                estimate += float(seconds or 0) / ratio(algo, env) / 3600
         native, portable = native + hours, portable + estimate
-        per_set.append(f"{Path(db).parent.name} {hours:.2f} -> {estimate:.2f}")
-    how = "native core-hours over the latest portable/native CPU-speed ratio of the algorithm (else ppo) on the env"
+        if load_claim_set(name).kernels == "portable":
+            per_set.append(f"{name} {hours:.3f} -> {estimate:.3f} (re-run: {measured:.3f} recorded)")
+        else:
+            left += estimate
+            per_set.append(f"{name} {hours:.2f} -> {estimate:.2f}")
+    how = "native core-hours over the latest portable/native CPU-speed ratio of the algorithm (else sb3-ppo's or ppo's)"
     return [
         ["claim tables, recorded native core-hours", f"{native:.3g}", "core-hours", "; ".join(per_set)],
         ["claim tables, estimated portable core-hours", f"{portable:.3g}", "core-hours", how],
-    ]
+        ["claim tables still native, estimated portable core-hours", f"{left:.3g}", "core-hours",
+         "the sets whose claim-set file does not say kernels = \"portable\""],
+    ]  # fmt: skip
+
+
+def pooled(pairs: dict[tuple[str, str], list[float]]) -> list[tuple[str, float, str]]:
+    """``(target, geometric mean, notes)`` of the portable/native ratios of the back-to-back pairs, pooled: per env over
+    the suite's own algorithms (every algorithm but ``sb3-*``), per algorithm over the envs, and all of the suite's
+    together; each with the 95% t-interval of the mean log ratio (pairs taken as independent; on a shared machine a
+    pair's ratio carries the load's noise, which ``sb3-ppo``'s own pooled ratio shows)."""
+    import math
+
+    from scipy import stats
+
+    groups: dict[str, list[float]] = {}
+    for (algo, env), ratios in sorted(pairs.items()):
+        own = not algo.startswith("sb3-")
+        for key in [f"{algo} all envs", *([f"suite algorithms {env}", "suite algorithms all envs"] if own else [])]:
+            groups.setdefault(key, []).extend(ratios)
+    out = []
+    for key, ratios in groups.items():
+        logs = [math.log(r) for r in ratios]
+        mean, n = statistics.fmean(logs), len(logs)
+        half = stats.t.ppf(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else float("nan")
+        interval = f"[{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}]"
+        notes = f"geometric mean of {n} back-to-back pairs' CPU-time ratios, 95% t-interval {interval}, range "
+        notes += f"{min(ratios):.3f}-{max(ratios):.3f}"
+        out.append((f"{key} portable/native (pooled)", math.exp(mean), notes))
+    return out
+
+
+def pairs_in(out: Path) -> tuple[dict[tuple[str, str], list[float]], dict[str, str]]:
+    """The back-to-back pairs of the latest ``ALGO ENV portable/native`` rows of ``out`` (as this script writes them
+    in their notes), and that run's ``commit``, ``command``, ``date`` and ``load``."""
+    latest: dict[str, dict[str, str]] = {}
+    with out.open() as f:
+        for row in csv.DictReader(f):
+            if row["target"].endswith(" portable/native") and "back-to-back pairs " in row["notes"]:
+                latest[row["target"]] = row
+    if not latest:
+        raise SystemExit(f"no portable/native rows with back-to-back pairs in {out}")
+    last = max(latest.values(), key=lambda r: r["date"])
+    pairs = {}
+    for target, row in latest.items():
+        if row["date"] == last["date"]:
+            algo, env = target.removesuffix(" portable/native").split(" ", 1)
+            listed = row["notes"].split("back-to-back pairs ", 1)[1].split(" (range", 1)[0]
+            pairs[algo, env] = [float(x) for x in listed.split(", ")]
+    return pairs, {k: last[k] for k in ("commit", "command", "date", "load")}
 
 
 def main() -> int:
@@ -104,7 +173,17 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--rerun-cost", action="store_true", help="estimate re-running the committed claim tables portable")
+    ap.add_argument("--pool", action="store_true", help="add the pooled rows of the latest run in --out (no run)")
     args = ap.parse_args()
+    if args.pool:
+        pairs, run = pairs_in(args.out)
+        rows = [[t, f"{v:.4g}", "ratio", machine(), run["commit"], run["command"], run["date"], run["load"], n]
+                for t, v, n in pooled(pairs)]  # fmt: skip
+        with args.out.open("a", newline="") as f:
+            csv.writer(f).writerows(rows)
+        for row in rows:
+            print(row[0], row[1], row[8])
+        return 0
     if args.rerun_cost:
         git = ["git", "rev-parse", "--short=12", "HEAD"]
         commit = subprocess.run(git, cwd=REPO, capture_output=True, text=True).stdout.strip()
@@ -149,9 +228,11 @@ def main() -> int:
     for (algo, env, mode), value in sorted(med.items()):
         notes = f"median of {listed(speeds[algo, env, mode])}; wall steps/s {listed(walls[algo, env, mode])}"
         add(f"{algo} {env} {mode}", value, "steps per CPU second", notes)
+    all_pairs: dict[tuple[str, str], list[float]] = {}
     for algo in algos:
         for env in envs:
             pairs = [p / n for p, n in zip(speeds[algo, env, "portable"], speeds[algo, env, "native"], strict=True)]
+            all_pairs[algo, env] = pairs
             wall_pairs = [p / n for p, n in zip(walls[algo, env, "portable"], walls[algo, env, "native"], strict=True)]
             add(
                 f"{algo} {env} portable/native",
@@ -170,6 +251,8 @@ def main() -> int:
                         f"CPU-time speed of {algo} over sb3-ppo, both {mode} (medians); wall clock "
                         f"{wall_med[algo, env, mode] / wall_med['sb3-ppo', env, mode]:.3f}",
                     )
+    for target, value, notes in pooled(all_pairs):
+        add(target, value, "ratio", notes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new = not args.out.exists()
     with args.out.open("a", newline="") as f:
