@@ -1,5 +1,6 @@
 """The evidence benchmarks' arithmetic and rows: ``benchmarks/evidence_rows.py`` and the rows that
-``bench_parallel.py``, ``bench_memory_toggles.py`` and ``regress_targets.py`` append (no measurement runs here)."""
+``bench_parallel.py``, ``bench_memory_toggles.py``, ``regress_targets.py`` and ``bench_kernels.py`` append (no
+measurement runs here)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks import bench_memory_toggles, bench_parallel, evidence_rows, regress_targets  # repository root on path
+from benchmarks import (  # repository root on path
+    bench_kernels,
+    bench_memory_toggles,
+    bench_parallel,
+    evidence_rows,
+    regress_targets,
+)
 
 CONTEXT = {"machine": "m", "commit": "c", "command": "python x.py", "date": "2026-01-01T00:00:00Z"}
 
@@ -96,3 +103,38 @@ def test_regress_rows_count_the_runs_that_said_what_they_must() -> None:
     assert (flipped["value"], flipped["unit"]) == (1, "of 2 gate runs as expected")
     assert flipped["load"] == "2.0 -> 3.0, 3.0 -> 4.0"
     assert "FAIL worse" in flipped["notes"] and "must: worse" in flipped["notes"]
+
+
+def test_kernel_pools_are_geometric_means_of_the_pairs_with_a_t_interval_and_sb3_apart() -> None:
+    import math
+
+    from scipy import stats
+
+    pairs = {("ppo", "E"): [0.5, 2.0], ("grpo", "E"): [1.0, 1.0], ("sb3-ppo", "E"): [0.8, 0.8]}
+    pools = {target: (value, notes) for target, value, notes in bench_kernels.pooled(pairs)}
+    assert sorted(pools) == [
+        "grpo all envs portable/native (pooled)", "ppo all envs portable/native (pooled)",
+        "sb3-ppo all envs portable/native (pooled)", "suite algorithms E portable/native (pooled)",
+        "suite algorithms all envs portable/native (pooled)",
+    ]  # fmt: skip
+    assert pools["ppo all envs portable/native (pooled)"][0] == pytest.approx(1.0)  # sqrt(0.5 * 2)
+    assert pools["sb3-ppo all envs portable/native (pooled)"][0] == pytest.approx(0.8)  # not in the suite's pools
+    value, notes = pools["suite algorithms E portable/native (pooled)"]
+    logs = [math.log(0.5), math.log(2.0), 0.0, 0.0]  # mean 0, sd sqrt(2/3) * ln 2
+    half = stats.t.ppf(0.975, 3) * math.sqrt(2 / 3) * math.log(2) / 2
+    assert value == pytest.approx(1.0) and sum(logs) == pytest.approx(0.0)
+    assert f"[{math.exp(-half):.3f}, {math.exp(half):.3f}]" in notes and "of 4 back-to-back pairs" in notes
+
+
+def test_kernel_pairs_are_read_back_from_the_latest_run_only(tmp_path: Path) -> None:
+    path = tmp_path / "k.csv"
+    notes = "CPU-time speed (medians); back-to-back pairs 0.800, 0.900 (range 0.800-0.900); wall clock 0.9 (pairs 1, 1)"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(bench_kernels.COLUMNS)
+        w.writerow(["ppo E portable/native", "0.85", "ratio", "m", "new", "run", "2026-01-02T00:00:00", "1-2", notes])
+        w.writerow(["grpo E portable/native", "0.7", "ratio", "m", "old", "run", "2026-01-01T00:00:00", "", notes])
+        w.writerow(["ppo E native", "100", "steps per CPU second", "m", "new", "run", "2026-01-02T00:00:00", "", "x"])
+    pairs, run = bench_kernels.pairs_in(path)
+    assert pairs == {("ppo", "E"): [0.8, 0.9]}  # the earlier run's row is not pooled with it
+    assert (run["commit"], run["load"]) == ("new", "1-2")
