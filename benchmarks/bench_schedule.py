@@ -1,11 +1,11 @@
 """Benchmark: a recorded study's wall time on W workers when its trials start in study order and when they start
-longest first (:func:`suite.executors.longest_first`, what ``suite run`` does since 2026-12-04), replayed from its records.
+longest first (:func:`suite.plan.longest_first`, what ``suite run`` does since 2026-12-04), replayed from its records.
 
 Each trial takes its recorded ``wall_time_s``; a free worker takes the next trial of the order (greedy list
 scheduling, as the local and Ray executors do). The longest-first order uses the estimates ``suite run`` would make
-from the same database (:func:`suite.executors.estimate_seconds`: per algorithm and env, so trials of one group tie),
-which makes the replay slightly optimistic: a real run estimates from the records it has before it starts. The lower
-bound is ``max(trial time / W, longest trial)``.
+from the same database (:func:`suite.plan.make_run_plan`, the claim records left out: per algorithm and env, so trials
+of one group tie), which makes the replay slightly optimistic: a real run estimates from the records it has before it
+starts. The lower bound is ``max(trial time / W, longest trial)``.
 
     python benchmarks/bench_schedule.py reports/claims/*/records.db --workers 2 --workers 8
 """
@@ -17,7 +17,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from suite.executors import estimate_seconds, longest_first
+from suite.plan import longest_first, make_run_plan
 from suite.store import ResultsStore
 from suite.trial import TrialSpec
 
@@ -38,11 +38,12 @@ def replay(db: Path, workers: int) -> dict[str, float]:
     ok = trials[trials["status"] == "ok"].sort_values(["env_label", "algo", "seed"], kind="stable")
     specs = [TrialSpec(r.algo, r.env_id, seed=int(r.seed), total_timesteps=int(r.budget)) for r in ok.itertuples()]
     walls = ok["wall_time_s"].to_numpy(float)
+    planned = make_run_plan(specs, done=0, db_path=db, claims_dir=None).seconds
     return {
         "trials": float(len(specs)),
         "trial_s": float(walls.sum()),
         "study_order_s": makespan(walls, range(len(specs)), workers),
-        "longest_first_s": makespan(walls, longest_first(estimate_seconds(specs, db)), workers),
+        "longest_first_s": makespan(walls, longest_first(planned), workers),
         "lower_bound_s": max(float(walls.sum()) / workers, float(walls.max(initial=0.0))),
     }
 

@@ -4,7 +4,7 @@ The off-policy baselines (SB3's SAC, TD3, DQN) only collect for their first ``le
 faster than once they train: a speed averaged over a run says little about a run of another length. The model here
 times the two phases apart (the evaluations' training-clock stamps split a run that crossed its warm-up) and adds a
 trial's fixed cost (start-up, and the evaluations, about ten whatever the budget). It serves the claim tables' core-hours
-(:mod:`suite.claims.reproduce`) and a run's time estimate (:func:`suite.executors.make_plan`).
+(:mod:`suite.claims.reproduce`) and a run's plan (:func:`suite.plan.make_run_plan`).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_a_second_run_runs_nothing_and_writes_identical_verdicts(
         == 0
     )
     captured = capsys.readouterr()
-    assert "6 trials, 6 already recorded" in captured.err and "0 to run" in captured.err
+    assert "0 trials to run, 6 already done" in captured.err
     assert (reproduced["out"] / "verdicts.csv").read_bytes() == before
     assert "4 stand-in cells" in captured.out and "STAND-IN: a test stand-in" in captured.out
     assert "changes against" not in captured.out  # the same table again: nothing to report

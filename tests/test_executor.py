@@ -8,7 +8,9 @@ integrity_check`` after each."""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import random
 import signal
@@ -328,13 +330,26 @@ def test_default_timeout_rule():
     assert default_trial_timeout(1_000_000) == pytest.approx(300 + 200_000)  # paper Hopper: SAC at 23 steps/s needs 12 h
 
 
-def test_the_plan_says_which_trials_its_time_estimate_leaves_out():
-    from suite.executors import Plan
+def test_the_start_line_says_which_trials_its_time_estimate_leaves_out():
+    from suite.plan import RunPlan
 
-    plan = Plan(trials=45, recorded=0, to_run=45, rerun=0, steps=21_000_000, estimate_s=82.0, unestimated=40, workers=1)
-    assert plan.describe().endswith("21.0M env steps, about 82 s on 1 worker plus 40 trials with no recorded speed")
-    whole = replace(plan, unestimated=0, workers=0, estimate_s=7200.0)
-    assert whole.describe().endswith("about 2.0 h of trial time in all")
+    plan = RunPlan(done=0, labels=("ppo/CartPole-v1", "grpo/LunarLander-v3", "grpo/LunarLander-v3"),
+                   steps=(1_000, 10_000_000, 10_000_000), threads=(1, 1, 1), seconds=(82.0, math.nan, math.nan),
+                   sources=("this run's database", "", ""))  # fmt: skip
+    assert plan.summary(1) == (
+        "3 trials to run, 0 already done; 20,001,000 env steps; 0.02 core-hours, about 82 s on 1 worker (known speeds "
+        "only: 2 trials with no recorded speed)"
+    )
+    cluster = replace(plan, seconds=(7200.0, math.nan, math.nan), done=None, rerun=1)
+    assert cluster.summary(None) == (
+        "3 trials to run (1 recorded failures again), not yet checked against the database; 20,001,000 env steps; "
+        "2.00 core-hours (known speeds only: 2 trials with no recorded speed)"
+    )
+    assert (
+        replace(plan, seconds=(math.nan,) * 3)
+        .summary(2)
+        .endswith("; core-hours unknown (no recorded speed for ppo/CartPole-v1, grpo/LunarLander-v3)")
+    )
 
 
 def test_the_time_estimate_adds_a_trials_fixed_cost_and_times_a_warm_up_apart(tmp_path):
@@ -342,7 +357,7 @@ def test_the_time_estimate_adds_a_trials_fixed_cost_and_times_a_warm_up_apart(tm
     step put a 10M-step run at days too many; and SB3's DQN collects 100,000 steps at ~1,000 steps/s before it trains
     at a tenth of that, so its smoke runs say nothing about training. The estimate is a trial's fixed cost plus its
     training time phase by phase; a budget past a warm-up no run crossed is left out (and counted)."""
-    from suite.executors import make_plan
+    from suite.plan import make_run_plan
     from tests.test_store import make_record
 
     ppo = make_record(0, algo="ppo", env_id="ALE/Pong-v5", steps=1_000, steps_per_second=100.0, wall_time_s=70.0)
@@ -356,26 +371,27 @@ def test_the_time_estimate_adds_a_trials_fixed_cost_and_times_a_warm_up_apart(tm
     specs = [TrialSpec("ppo", "ALE/Pong-v5", seed=0, total_timesteps=1_000_000),
              TrialSpec("sb3-dqn", "ALE/Pong-v5", seed=0, total_timesteps=50_000),
              TrialSpec("sb3-dqn", "ALE/Pong-v5", seed=1, total_timesteps=1_000_000)]  # fmt: skip
-    plan = make_plan(specs, db_path=db, workers=1)
+    plan = make_run_plan(specs, done=0, db_path=db, claims_dir=None)
     # ppo: 60 s fixed + 1M / 100; sb3-dqn at 50k: 30 s + 50k at its warm-up's 1,000/s; at 1M: unknown
-    assert plan.estimate_s == pytest.approx((60.0 + 10_000.0) + (30.0 + 50.0)) and plan.unestimated == 1
+    assert plan.seconds[:2] == pytest.approx((60.0 + 10_000.0, 30.0 + 50.0)) and plan.unknown == ["sb3-dqn/ALE/Pong-v5"]
+    assert plan.wall_seconds(1) == pytest.approx(10_140.0) and math.isnan(plan.seconds[2])
     stamps = [{"step": s, "final": s == 120_000, "returns": [-21.0], "lengths": [800], "wall_time_s": t}
               for s, t in ((100_000, 100.0), (120_000, 300.0))]  # fmt: skip
     longer = make_record(2, algo="sb3-dqn", env_id="ALE/Pong-v5", config=dqn_cfg, steps=120_000,
                          steps_per_second=400.0, wall_time_s=330.0, evals=stamps)  # fmt: skip
     with ResultsStore(db) as store:
         store.save_trial(longer)
-    plan = make_plan(specs[2:], db_path=db, workers=1)
+    plan = make_run_plan(specs[2:], done=0, db_path=db, claims_dir=None)
     # fixed cost: the mean of 30 and 30 s; warm-up at the mean of 1,000/s (smoke) and 1,000/s (100k in 100 s); then
     # 20k steps in 200 s: 100 steps/s
-    assert plan.estimate_s == pytest.approx(30.0 + 100.0 + 900_000 / 100.0) and plan.unestimated == 0
+    assert plan.seconds == pytest.approx((30.0 + 100.0 + 900_000 / 100.0,)) and plan.unknown == []
 
 
 def test_trials_start_longest_first_by_their_recorded_speeds(tmp_path, monkeypatch):
     """With more trials than workers, a long trial started last keeps one worker busy while the others idle: the run
     starts the trials no record estimates first (they may be long), then the rest longest first (LPT)."""
     import suite.executors as executors
-    from suite.executors import estimate_seconds, longest_first
+    from suite.plan import longest_first, make_run_plan
     from tests.test_store import make_record
 
     db = tmp_path / "lpt.db"
@@ -389,7 +405,7 @@ def test_trials_start_longest_first_by_their_recorded_speeds(tmp_path, monkeypat
              TrialSpec("grpo", "LunarLander-v3", seed=0, total_timesteps=1_000),  # no record
              TrialSpec("ppo", "ALE/Pong-v5", seed=1, total_timesteps=10_000),  # ~160 s
              TrialSpec("ppo", "CartPole-v1", seed=1, total_timesteps=100_000)]  # fmt: skip
-    estimates = estimate_seconds(specs, db)
+    estimates = make_run_plan(specs, done=0, db_path=db, claims_dir=None).seconds
     assert estimates[3] > estimates[1] > estimates[0] == estimates[4]
     assert longest_first(estimates) == [2, 3, 1, 0, 4]
 
@@ -399,6 +415,8 @@ def test_trials_start_longest_first_by_their_recorded_speeds(tmp_path, monkeypat
     original_start = backend.start
     monkeypatch.setattr(backend, "start", lambda task: (started.append(task.resolved.key), original_start(task))[1])
     monkeypatch.setattr(executors, "_backend", lambda options, models_dir, todo: backend)
+    # priced from this database alone: the committed claim records know grpo on LunarLander
+    monkeypatch.setattr(executors, "make_run_plan", functools.partial(make_run_plan, claims_dir=None))
     execute(resolved, db_path=db, study="lpt", tier="custom", options=ExecOptions(workers=1, show_progress=False))
     assert started == [resolved[i].key for i in (2, 3, 1, 0, 4)]
 
@@ -729,7 +747,7 @@ def test_sigkill_of_the_driver_loses_no_finished_trial_and_the_rerun_completes(t
     assert 1 <= len(saved) < 4 and all(r["status"] == "ok" for r in saved.values())
     rerun = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{len(saved)} already recorded" in rerun.stderr
+    assert f"{len(saved)} already done" in rerun.stderr
     with ResultsStore(db) as store:
         assert len(store.finished_keys()) == 4
         assert all(store.get_trial(k)["attempts"] == 1 for k in store.finished_keys())
@@ -805,3 +823,22 @@ def test_a_signal_inside_interrupts_after_is_raised_only_when_the_block_ends():
             time.sleep(0.01)  # the handler runs at the next bytecode boundary: it must not raise here
             reached_end = True
     assert reached_end and caught.value.exit_code == 130
+
+
+def test_the_progress_bar_eta_is_the_plans_wall_time_then_follows_the_pace():
+    """The bar's first ETA is the plan's wall time on the run's workers (what ``--plan`` and the start line say);
+    running trials count with what their reported steps leave of their planned time, and the finished trials' wall
+    time over their planned time scales it."""
+    from suite.executors.common import Task, eta_text
+    from suite.plan import RunPlan
+
+    specs = [TrialSpec("ppo", "CartPole-v1", seed=s, total_timesteps=1_000) for s in range(4)]
+    seconds = (1800.0, 1800.0, 900.0, math.nan)
+    plan = RunPlan(done=0, labels=("ppo/CartPole-v1",) * 4, steps=(1_000,) * 4, threads=(1,) * 4, seconds=seconds,
+                   sources=("x",) * 4)  # fmt: skip
+    tasks = [Task(s.resolve(), planned_s=p) for s, p in zip(specs, seconds, strict=True)]
+    assert plan.wall_text(2) == "about 45 min on 2 workers"  # 1800 | 1800 + 900
+    assert eta_text(tasks, [], slots=2) == "ETA 45 min + 1 trials with no recorded speed"
+    tasks[0].steps = tasks[1].steps = 500  # both running, half their budget reported: 900 s each left
+    assert eta_text(tasks[2:3], tasks[:2], slots=2) == "ETA 30 min"  # 900 | 900 + 900
+    assert eta_text(tasks[2:3], tasks[:2], slots=2, pace=1.5) == "ETA 45 min"

@@ -176,7 +176,7 @@ def test_ray_driver_sigkilled_then_interrupted_then_rerun_completes_the_study(tm
 
     rerun = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{done} already recorded, {6 - done} to run" in rerun.stderr  # resumed, not restarted
+    assert f"{6 - done} trials to run, {done} already done" in rerun.stderr  # resumed, not restarted
     with ResultsStore(db) as store:
         assert len(store.finished_keys()) == 6
         assert all(store.get_trial(k)["attempts"] == 1 for k in store.finished_keys())

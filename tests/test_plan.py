@@ -123,3 +123,34 @@ def test_reproduce_plan_prints_the_plan_and_writes_nothing(tmp_path: Path, capsy
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "plan: 6 trials to run, 0 already done; 2,400 env steps"  # 2 arms x 3 seeds x 400 steps
     assert not out.exists() and not (tmp_path / "r.db").exists()
+
+
+def test_the_plan_and_the_start_line_of_the_same_run_say_the_same_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--plan``, then the same command run: its start line (:func:`suite.executors.execute`) prints the plan's
+    trials, env steps, core-hours and wall time, read from the same estimate (no trial code runs: a scripted
+    backend ends each trial)."""
+    import suite.executors
+    import suite.executors.common
+    import suite.executors.local
+    from tests.test_executor import ScriptedBackend
+
+    monkeypatch.setattr(suite.executors.common, "worker_count", lambda workers: workers or 2)  # the workers at hand
+    monkeypatch.setattr(suite.executors.local, "start_forkserver", lambda: None)
+    done_key = TrialSpec("ppo", "CartPole-v1", 0, PPO_BUDGET).resolve().key
+    to_run = {TrialSpec("ppo", "CartPole-v1", s, PPO_BUDGET).resolve().key for s in (1, 2, 3)}
+    for workers, wall in (("2", "about 2.0 h on 2 workers"), ("4", "about 60 min on 4 workers")):
+        db = speed_db(tmp_path / f"speeds-{workers}.db", ppo_key=done_key)
+        argv = ["run", "--algo", "ppo", "--env", "CartPole-v1", "--seeds", "0-3", "--steps", str(PPO_BUDGET),
+                "--db", str(db), "--no-report", "--quiet", "--workers", workers]  # fmt: skip
+        assert main([*argv, "--plan"]) == 0
+        plan = capsys.readouterr().err.splitlines()
+        backend = ScriptedBackend(talks=to_run, rounds=1, slots=int(workers))
+        monkeypatch.setattr(suite.executors, "_backend", lambda options, models_dir, todo, b=backend: b)
+        assert main(argv) == 0
+        start = [line for line in capsys.readouterr().err.splitlines() if line.startswith("study ")]
+        assert plan[0] == f"plan: 3 trials to run, 1 already done; {3 * PPO_BUDGET:,} env steps"
+        assert plan[1].startswith("  core-hours: 3.00 (") and wall in plan[2]
+        head = plan[0].removeprefix("plan: ")
+        assert start == [f"study 'adhoc' (custom tier, local executor): {head}; 3.00 core-hours, {wall}; results in {db}"]

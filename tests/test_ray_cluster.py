@@ -289,7 +289,7 @@ def test_a_driver_killed_mid_study_resumes_with_the_same_command(cluster: Cluste
     assert 1 <= len(saved) < 4
     rerun = run(argv)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{len(saved)} already recorded, {4 - len(saved)} to run" in rerun.stderr  # resumed, not restarted
+    assert f"{4 - len(saved)} trials to run, {len(saved)} already done" in rerun.stderr  # resumed, not restarted
     recs = records(db)
     assert len(recs) == rows(db) == 4 and all((r["status"], r["attempts"]) == ("ok", 1) for r in recs)
     for r in recs:

@@ -83,15 +83,17 @@ def add_plan(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def print_plan(args: argparse.Namespace, specs: Any, *, done: int, db_path: Any) -> None:
-    """Print the plan of running ``specs`` (trial specs not recorded yet; ``done`` more are) on stderr: wall time on
-    the workers at hand (this machine's cores; a Ray cluster's when ``--workers`` does not say) and on ``--workers``."""
+def print_plan(args: argparse.Namespace, specs: Any, *, done: int, db_path: Any, rerun: int = 0) -> None:
+    """Print the plan of running ``specs`` (trial specs not recorded yet, ``rerun`` of them recorded failures again;
+    ``done`` more are recorded) on stderr: wall time on the workers at hand (this machine's cores; a Ray cluster's
+    when ``--workers`` does not say) and on ``--workers``. The run's start line says the same figures
+    (:func:`suite.executors.execute`, :meth:`suite.plan.RunPlan.summary`)."""
     import sys
 
     from suite.executors.common import worker_count
     from suite.plan import make_run_plan
 
-    plan = make_run_plan(specs, done=done, db_path=db_path)
+    plan = make_run_plan(specs, done=done, rerun=rerun, db_path=db_path)
     ray_cluster = args.executor == "ray" and args.address is not None
     at_hand = None if ray_cluster else worker_count(None)
     label = "" if ray_cluster else " (this machine's cores)"

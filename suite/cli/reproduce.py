@@ -92,8 +92,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             from suite.cli.run import trials_to_run
 
             db_path = default_db_path(args.db)
-            todo, done = trials_to_run(list(claims.expand(args.tier, seeds).trials.values()), db_path, args.retry_failed)
-            print_plan(args, [r.spec for r in todo], done=done, db_path=db_path)
+            trials = list(claims.expand(args.tier, seeds).trials.values())
+            todo, done, rerun = trials_to_run(trials, db_path, args.retry_failed)
+            print_plan(args, [r.spec for r in todo], done=done, rerun=rerun, db_path=db_path)
         if args.plan:
             return 0
         _, summary = reproduce(

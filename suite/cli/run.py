@@ -55,8 +55,8 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from suite.executors import LARGE_RUN_TRIALS, confirm_plan, execute, make_plan
-    from suite.executors.common import worker_count
+    from suite.executors import LARGE_RUN_TRIALS, confirm_plan, execute, plan_workers
+    from suite.plan import make_run_plan
     from suite.store.schema import default_db_path
     from suite.study import load_study, parse_seeds, parse_study
 
@@ -94,14 +94,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("the selection matches no trial (check --algo/--env against the study and 'suite list')")
     if len(specs) > LARGE_RUN_TRIALS and not args.yes and not args.plan:
         # Before resolving (which takes time per trial): a mistyped --seeds 0-100000 is questioned at once.
-        confirm_plan(make_plan(specs, recorded=None, db_path=db_path, workers=worker_count(options.workers)), assume_yes=False)
+        confirm_plan(make_run_plan(specs, done=None, db_path=db_path), workers=plan_workers(options), assume_yes=False)
         options = dataclasses.replace(options, assume_yes=True)
     from suite.trial import gpus_checked_where_trials_run
 
     with gpus_checked_where_trials_run() if options.executor == "ray" else contextlib.nullcontext():
         resolved = [s.resolve() for s in specs]  # every mistake surfaces here, before anything runs
-    todo, done = trials_to_run(resolved, db_path, options.retry_failed)
-    print_plan(args, [r.spec for r in todo], done=done, db_path=db_path)
+    todo, done, rerun = trials_to_run(resolved, db_path, options.retry_failed)
+    print_plan(args, [r.spec for r in todo], done=done, rerun=rerun, db_path=db_path)
     if args.plan:
         return 0
     tier = "custom" if args.steps else args.tier or study.tier
@@ -124,23 +124,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             discard_prepared()  # a helper no report took (interrupted, or the report failed before its figures)
 
 
-def trials_to_run(resolved: list[Any], db_path: Path, retry_failed: str | None) -> tuple[list[Any], int]:
+def trials_to_run(resolved: list[Any], db_path: Path, retry_failed: str | None) -> tuple[list[Any], int, int]:
     """The resolved trials a run would run (not recorded, or recorded failures run again with ``--retry-failed``),
-    one per key, and how many of the others are recorded: what :func:`suite.executors.execute` will find."""
-    from suite.store import ResultsStore
+    one per key, how many of the others are recorded, and how many of those to run are failures run again: what
+    :func:`suite.executors.execute` will find (:func:`suite.executors.pending`)."""
+    from suite.executors import pending
 
-    unique: dict[str, Any] = {}
-    for r in resolved:
-        unique.setdefault(r.key, r)
-    recorded: set[str] = set()
-    rerun: set[str] = set()
-    if db_path.is_file():
-        with ResultsStore(db_path) as store:
-            recorded = store.finished_keys() & unique.keys()
-            if retry_failed:
-                rerun = set(store.failed_trials(list(unique), retry_failed))
-    todo = [r for k, r in unique.items() if k not in recorded or k in rerun]
-    return todo, len(unique) - len(todo)
+    keys, todo, rerun = pending(resolved, db_path, retry_failed)
+    return todo, len(keys) - len(todo), len(rerun)
 
 
 def _print_finished(rec: dict[str, Any], tensorboard: str | None) -> None:

@@ -26,21 +26,21 @@ from typing import Any
 from suite.errors import UserError
 from suite.executors.common import Backend, Policy, RunSummary, Task, default_trial_timeout, drive, worker_count
 from suite.interrupts import Interrupted, deferred_interrupts, raising_interrupts
+from suite.plan import RunPlan, longest_first, make_run_plan
 from suite.store import ResultsStore
-from suite.throughput import TrialTime, trial_times
-from suite.trial import ResolvedTrial, TrialSpec
+from suite.trial import ResolvedTrial
 
 __all__ = [
     "EXECUTORS",
     "LARGE_RUN_TRIALS",
     "ExecOptions",
     "Interrupted",
-    "Plan",
     "RunSummary",
     "confirm_plan",
     "default_trial_timeout",
     "execute",
-    "make_plan",
+    "pending",
+    "plan_workers",
     "print_summary",
     "raising_interrupts",
     "run_trials",
@@ -115,143 +115,36 @@ class ExecOptions:
 # ---------------------------------------------------------------------------------------------------- plan
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What a run is about to do, with an estimate of its wall time from the speeds already recorded."""
-
-    trials: int
-    """Trials the command names."""
-    recorded: int | None
-    """Of those, already recorded (skipped); None: not checked yet (the plan counts all as to run)."""
-    to_run: int
-    """Trials to run (missing, plus recorded failures being run again)."""
-    rerun: int
-    """Of ``to_run``, recorded failures being run again (``--retry-failed``)."""
-    steps: int
-    """Env steps of the trials to run."""
-    estimate_s: float | None
-    """Estimated wall time on ``workers`` workers (None: no recorded speed for any of them)."""
-    unestimated: int
-    """Trials to run without a recorded speed for their (algorithm, env): not in the estimate."""
-    workers: int
-    """Trials at a time the estimate assumes; 0: unknown (a Ray cluster): the estimate is the sum over trials."""
-
-    def describe(self) -> str:
-        """One or two lines for stderr."""
-        if self.recorded is None:
-            parts = [f"{self.trials:,} trials (not yet checked against the database)"]
-        else:
-            parts = [f"{self.trials:,} trials", f"{self.recorded:,} already recorded", f"{self.to_run:,} to run"]
-        if self.rerun:
-            parts[-1] += f" ({self.rerun:,} recorded failures again)"
-        text = ", ".join(parts)
-        if self.to_run:
-            text += f"; {_steps(self.steps)} env steps"
-            if self.estimate_s is not None:
-                if self.workers:
-                    text += f", about {format_duration(self.estimate_s)} on {self.workers} worker{'s' * (self.workers > 1)}"
-                else:
-                    text += f", about {format_duration(self.estimate_s)} of trial time in all"
-                if self.unestimated:
-                    text += f" plus {self.unestimated:,} trial{'s' * (self.unestimated > 1)} with no recorded speed"
-            else:
-                text += " (no recorded speed to estimate the time from)"
-        return text
+def pending(
+    resolved: Sequence[ResolvedTrial], db_path: Path, retry_failed: str | None
+) -> tuple[list[str], list[ResolvedTrial], dict[str, str]]:
+    """What a run of ``resolved`` finds in ``db_path``: the distinct keys (in order), the trials to run (not recorded,
+    or recorded failures run again with ``retry_failed``) and, of those, the failures run again (key: the ended_at
+    of the record each replaces). The plan printed with ``--plan`` is made from the same."""
+    unique: dict[str, ResolvedTrial] = {}
+    for r in resolved:
+        unique.setdefault(r.key, r)
+    recorded: set[str] = set()
+    rerun: dict[str, str] = {}
+    if db_path.is_file():
+        with ResultsStore(db_path) as store:
+            recorded = store.finished_keys() & unique.keys()
+            if retry_failed:
+                rerun = store.failed_trials(list(unique), retry_failed)
+    return list(unique), [r for k, r in unique.items() if k not in recorded or k in rerun], rerun
 
 
-def _steps(n: int) -> str:
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
+def plan_workers(options: ExecOptions) -> int | None:
+    """The workers a plan's wall time is for: ``--workers``, else this machine's usable CPUs for the local executor
+    and an in-process Ray; None for a Ray cluster (its free CPUs are known once connected)."""
+    if options.workers:
+        return options.workers
+    return worker_count(None) if options.executor == "local" or options.address is None else None
 
 
-def format_duration(seconds: float) -> str:
-    """``42 s``, ``12 min``, ``3.5 h`` or ``6.3 days``: a time estimate as a person reads it."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
-
-def make_plan(
-    specs: Sequence[TrialSpec],
-    *,
-    recorded: int | None = 0,
-    rerun: int = 0,
-    db_path: Path | None = None,
-    workers: int = 1,
-    estimates: Sequence[float] | None = None,
-) -> Plan:
-    """Plan a run of ``specs`` (the trials to run), estimating its time from the store's recorded speeds.
-
-    ``recorded``: how many more trials the command names that are already recorded (None: not checked).
-    ``estimates``: the trials' :func:`estimate_seconds`, when the caller has them already (else read from ``db_path``).
-
-    The estimate models each (algorithm, env) from its recorded ok trials (:func:`suite.throughput.trial_times`: a
-    trial's fixed cost, start-up and evaluations, plus its training time at the budget, the off-policy baselines'
-    warm-up and training timed apart), summed and divided over ``workers``. A trial whose (algorithm, env) has no
-    recorded run, or none past a warm-up its budget goes beyond, is left out and counted.
-    """
-    seconds, unestimated = 0.0, 0
-    for trial_s in estimates if estimates is not None else estimate_seconds(specs, db_path):
-        if math.isfinite(trial_s):
-            seconds += trial_s
-        else:
-            unestimated += 1
-    known = len(specs) - unestimated
-    return Plan(
-        trials=len(specs) + (recorded or 0),
-        recorded=recorded,
-        to_run=len(specs),
-        rerun=rerun,
-        steps=sum(s.total_timesteps for s in specs),
-        estimate_s=seconds / max(workers, 1) if known else None,
-        unestimated=unestimated if known else 0,
-        workers=workers,
-    )
-
-
-def estimate_seconds(specs: Sequence[TrialSpec], db_path: Path | None) -> list[float]:
-    """Each trial's wall seconds estimated from the speeds recorded in ``db_path`` (:func:`suite.throughput.
-    trial_times`; NaN where its (algorithm, env) has no usable record)."""
-    models: dict[tuple[str, str], TrialTime] = {}
-    if db_path is not None and db_path.exists():
-        with ResultsStore(db_path, create=False) as store:
-            models = trial_times(store)
-    out = []
-    for spec in specs:
-        model = models.get((_canonical(spec.algo), spec.env_id))
-        out.append(model.seconds(spec.total_timesteps) if model is not None else float("nan"))
-    return out
-
-
-def longest_first(estimates: Sequence[float]) -> list[int]:
-    """The order to start trials in, as indices into ``estimates`` (their :func:`estimate_seconds`): those with no
-    estimate first, in the order given (they may be long), then the estimated ones longest first, ties in the order
-    given. Longest processing time first: with more trials than workers the last ones to start are the short ones,
-    so no worker idles long at the end of a study (a 2,000 s Hopper trial started last keeps one worker busy for half
-    an hour after the others are done)."""
-    est = list(estimates)
-    unknown = [i for i, s in enumerate(est) if not math.isfinite(s)]
-    known = sorted((i for i, s in enumerate(est) if math.isfinite(s)), key=lambda i: -est[i])
-    return unknown + known
-
-
-def _canonical(algo: str) -> str:
-    from suite.registry import get_algorithm
-
-    try:
-        return get_algorithm(algo).id
-    except UserError:
-        return algo
-
-
-def confirm_plan(plan: Plan, *, assume_yes: bool) -> None:
-    """Ask before a run of more than :data:`LARGE_RUN_TRIALS` trials (interactive), or refuse (UserError).
+def confirm_plan(plan: RunPlan, *, workers: int | None, assume_yes: bool) -> None:
+    """Ask before a run of more than :data:`LARGE_RUN_TRIALS` trials (interactive), or refuse (UserError); the
+    question and the refusal say the plan (:meth:`~suite.plan.RunPlan.summary` on ``workers`` workers).
 
     Raises:
         UserError: the run is large, ``assume_yes`` is False, and either stdin is not a terminal or the answer
@@ -259,10 +152,10 @@ def confirm_plan(plan: Plan, *, assume_yes: bool) -> None:
     """
     if plan.to_run <= LARGE_RUN_TRIALS or assume_yes:
         return
-    refusal = f"{plan.describe()}: more than {LARGE_RUN_TRIALS:,} trials to run; add --yes to start them"
+    refusal = f"{plan.summary(workers)}: more than {LARGE_RUN_TRIALS:,} trials to run; add --yes to start them"
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise UserError(refusal)
-    print(f"plan: {plan.describe()}", file=sys.stderr)
+    print(f"plan: {plan.summary(workers)}", file=sys.stderr)
     print(f"Start {plan.to_run:,} trials? [y/N] ", end="", file=sys.stderr, flush=True)
     try:
         answer = input()
@@ -299,9 +192,10 @@ def execute(
 ) -> RunSummary:
     """Run the trials of a study that are not recorded yet and record them; the body of ``suite run``.
 
-    Plans (and for a large run asks first, see :func:`confirm_plan`), records that ``study`` includes every trial
-    (at ``tier``), runs the missing ones (and with ``retry_failed`` the recorded failures; longest first by the
-    speeds recorded in the database, :func:`longest_first`) on the chosen executor with retries, timeouts and claims
+    Plans (:func:`suite.plan.make_run_plan`; for a large run asks first, see :func:`confirm_plan`) and prints the
+    plan's figures in its start line, records that ``study`` includes every trial (at ``tier``), runs the missing
+    ones (and with ``retry_failed`` the recorded failures; longest first by the plan, :func:`suite.plan.
+    longest_first`, its ETA the plan's too) on the chosen executor with retries, timeouts and claims
     shared with concurrent runs on the same database, saves each record as it arrives, and prints the summary table.
     SIGINT/SIGTERM end the run cleanly: finished trials are kept, running ones recorded as nothing, and the returned
     summary says ``interrupted`` (exit with ``summary.exit_code``).
@@ -321,26 +215,13 @@ def execute(
     """
     options = options or ExecOptions()
     options.check()
-    unique: dict[str, ResolvedTrial] = {}
-    for r in resolved:
-        unique.setdefault(r.key, r)
-    keys = list(unique)
-    recorded: set[str] = set()
-    rerun: dict[str, str] = {}
-    if db_path.exists():
-        with ResultsStore(db_path) as store:
-            recorded = store.finished_keys() & set(keys)
-            if options.retry_failed:
-                rerun = store.failed_trials(keys, options.retry_failed)
-    todo = [unique[k] for k in keys if k not in recorded or k in rerun]
-    workers = options.workers or (worker_count(None) if options.executor == "local" or options.address is None else 0)
-    estimates = estimate_seconds([r.spec for r in todo], db_path)
-    plan = make_plan(
-        [r.spec for r in todo], recorded=len(keys) - len(todo), rerun=len(rerun), workers=workers, estimates=estimates
-    )
-    confirm_plan(plan, assume_yes=options.assume_yes)
+    keys, todo, rerun = pending(resolved, db_path, options.retry_failed)
+    workers = plan_workers(options)
+    plan = make_run_plan([r.spec for r in todo], done=len(keys) - len(todo), rerun=len(rerun), db_path=db_path)
+    confirm_plan(plan, workers=workers, assume_yes=options.assume_yes)
     print(
-        f"study {study!r} ({tier} tier, {options.executor} executor): {plan.describe()}; results in {db_path}", file=sys.stderr
+        f"study {study!r} ({tier} tier, {options.executor} executor): {plan.summary(workers)}; results in {db_path}",
+        file=sys.stderr,
     )
     models_dir = db_path.parent / "models" if options.save_models else None
     with deferred_interrupts() as interrupted, ResultsStore(db_path) as store:
@@ -353,8 +234,13 @@ def execute(
                     "timeout, OOM); add --retry-failed to run them again",
                     file=sys.stderr,
                 )
-        todo = [todo[i] for i in longest_first(estimates)]
-        tasks = [Task(r, prior_attempts=store.attempts(r.key) if r.key in rerun else 0, rerun=rerun.get(r.key)) for r in todo]
+        order = longest_first(plan.seconds)
+        tasks = [
+            Task(todo[i], prior_attempts=store.attempts(todo[i].key) if todo[i].key in rerun else 0,
+                 rerun=rerun.get(todo[i].key), planned_s=plan.seconds[i])
+            for i in order
+        ]  # fmt: skip
+        todo = [todo[i] for i in order]
         summary = RunSummary(finished=[], skipped=len(keys) - len(todo))
         if tasks and interrupted() is None:
             backend = _backend(options, models_dir, todo)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from suite.plan import format_duration, schedule_seconds
 from suite.store import ENV_FAILURE_KINDS, ResultsStore
 from suite.trial import ResolvedTrial, failure_record
 
@@ -148,6 +149,8 @@ class Task:
     alive: float | None = None
     """``time.monotonic()`` of its last sign of life (started, or a progress message): the default timeout's clock."""
     handle: Any = None
+    planned_s: float = math.nan
+    """Its wall seconds by the run's plan (:attr:`suite.plan.RunPlan.seconds`; NaN: no recorded speed): the ETA."""
 
     @property
     def label(self) -> str:
@@ -286,6 +289,22 @@ def _write(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
+ETA_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+"""The progress bar with the plan's ETA (its postfix, :func:`eta_text`) in place of tqdm's own extrapolation."""
+
+
+def eta_text(queue: Sequence[Task], running: Sequence[Task], slots: int, pace: float = 1.0) -> str:
+    """The progress bar's ETA by the run's plan: the longest-first schedule (:func:`suite.plan.schedule_seconds`) on
+    ``slots`` workers of the trials queued and what the running ones have left of their planned time (by the share
+    of their budget not yet reported), times ``pace`` (the finished trials' wall time over their planned time; 1
+    until one finishes, so the ETA shown first is the plan's wall time). Trials with no recorded speed are counted
+    apart, as the plan counts them."""
+    left = [t.planned_s * (1 - t.steps / max(t.resolved.spec.total_timesteps, 1)) for t in running]
+    seconds = pace * schedule_seconds([t.planned_s for t in queue], slots, busy=left)
+    unknown = sum(not math.isfinite(t.planned_s) for t in [*queue, *running])
+    return f"ETA {format_duration(seconds)}" + (f" + {unknown:,} trials with no recorded speed" if unknown else "")
+
+
 def drive(
     tasks: Sequence[Task],
     backend: Backend,
@@ -324,11 +343,19 @@ def drive(
     told_busy: set[str] = set()
     coord = _Coordination(*coordination) if coordination else None
     total = len(queue)
+    planned = any(math.isfinite(t.planned_s) for t in queue)
     bar = tqdm(
         total=sum(t.resolved.spec.total_timesteps for t in queue), unit="step", unit_scale=True,
         disable=not show_progress, dynamic_ncols=True, desc=f"0/{total} trials", file=sys.stderr,
+        bar_format=ETA_FORMAT if planned else None,
     )  # fmt: skip
     done = 0
+    spent = [0.0, 0.0]  # wall and planned seconds of the finished trials with a plan: the pace of the ETA
+
+    def show_eta() -> None:
+        if planned and show_progress:
+            pace = spent[0] / spent[1] if spent[1] > 0 else 1.0
+            bar.set_postfix_str(eta_text(queue, running, backend.slots, pace), refresh=False)
 
     def credit(task: Task, steps: int) -> None:
         steps = min(steps, task.resolved.spec.total_timesteps)
@@ -342,6 +369,9 @@ def drive(
         bar.set_description(f"{done}/{total} trials")
 
     def keep(task: Task, record: dict[str, Any]) -> None:
+        if record["status"] == "ok" and task.started is not None and math.isfinite(task.planned_s):
+            spent[0] += time.monotonic() - task.started
+            spent[1] += task.planned_s
         record["attempts"] = task.prior_attempts + task.attempt
         save(record)
         summary.finished.append(record)
@@ -357,7 +387,7 @@ def drive(
             _write(f"  retry    {task.label}: {record['error']} (attempt {task.attempt + 1} of {policy.max_retries + 1})")
             summary.retried += 1
             credit(task, 0)
-            queue.append(Task(task.resolved, task.attempt + 1, task.prior_attempts, task.rerun))
+            queue.append(Task(task.resolved, task.attempt + 1, task.prior_attempts, task.rerun, planned_s=task.planned_s))
         else:
             keep(task, record)
 
@@ -396,6 +426,7 @@ def drive(
                 running.append(task)
             if on_spare_worker is not None and not queue and not busy and len(running) < backend.slots:
                 summary.wait_for_spare_work, on_spare_worker = on_spare_worker(), None
+            show_eta()
             for event in backend.poll(POLL_S if running else min(POLL_S * 4, BUSY_RECHECK_S)):
                 task = event.task
                 if isinstance(event, Started):
