@@ -10,6 +10,12 @@ away (one line, non-zero exit, finished trials kept). Each record says where it 
 Other processes on the machine use Ray too (xdist workers running tests/test_executor_ray.py, other checkouts), so
 nothing here runs ``ray stop``: each node is one ``ray start --block`` process in a session of its own, stopped by
 signalling it and its descendants. Every wait is on a condition (nodes alive in the GCS, records in the database).
+
+Where the time goes: not the trials (tiny budgets) but each command's fixed cost: the CLI, and on every node it uses
+a Ray worker and that worker's trial forkserver, each importing torch (``results/evidence/cluster-tests.csv``). So the
+file runs as few commands as its checks need, on as few nodes as each needs; the head and the second node start
+together (a joining node waits for the GCS); and a test's work that does not depend on each other runs at once (the
+two ``--trial-gpus`` studies; the local ``reproduce`` while the cluster's runs).
 """
 
 from __future__ import annotations
@@ -64,13 +70,18 @@ from ray._raylet import GcsClient
 for _ in sys.stdin:
     try:
         infos = GcsClient(address=sys.argv[1], cluster_id=None).get_all_node_info(timeout=5)
-        alive = sorted(node_id.hex() for node_id, info in infos.items() if info.state == 0)
+        alive = {node_id.hex(): info.node_manager_port for node_id, info in infos.items() if info.state == 0}
     except Exception:
-        alive = []
+        alive = {}
     print(json.dumps(alive), flush=True)
 """
-"""Asked a line, answers the ids of the nodes the GCS holds alive (state ALIVE), as a JSON list: a process apart, so
-this one's Ray (token cache, environment) stays untouched for the in-process Ray tests of the same worker."""
+"""Asked a line, answers the nodes the GCS holds alive (state ALIVE) as JSON, each id with its node manager's port
+(which tells the nodes apart: each has a port of its own): a process apart, so this one's Ray (token cache,
+environment) stays untouched for the in-process Ray tests of the same worker."""
+
+JOIN_WAIT_S = str(int(DEADLINE_S))
+"""How long a joining node's ``ray start`` keeps trying to reach the GCS (Ray's default: ~20 tries a second apart), so
+a node may start together with its head: ``RAY_gcs_server_port_wait_time_s`` and ``RAY_NUM_REDIS_GET_RETRIES``."""
 
 
 def free_port() -> int:
@@ -82,8 +93,8 @@ def free_port() -> int:
 class Node:
     """One ``ray start --block`` process (a Ray node) in its own session."""
 
-    def __init__(self, argv: list[str], log: Path, env: dict[str, str]) -> None:
-        self.log = log
+    def __init__(self, name: str, argv: list[str], port: int, log: Path, env: dict[str, str]) -> None:
+        self.name, self.port, self.log = name, port, log
         with log.open("w") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.node_id: str | None = None
@@ -141,40 +152,60 @@ class Cluster:
         self._watcher: subprocess.Popen[str] | None = None
         self.nodes: list[Node] = []
 
-    def _start(self, name: str, extra: list[str], cpus: int, gpus: int) -> Node:
+    def _spawn(self, name: str, extra: list[str], cpus: int, gpus: int) -> Node:
+        """Start a node's ``ray start --block`` (without waiting for it to join: :meth:`_await`)."""
+        port = free_port()
         argv = [
             RAY, "start", "--block", "--node-ip-address", NODE_IP, "--temp-dir", str(self.temp_dir),
             "--num-cpus", str(cpus), "--num-gpus", str(gpus), "--disable-usage-stats",
-            "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--node-manager-port", str(port), "--object-manager-port", str(free_port()),
             "--min-worker-port", "0", "--max-worker-port", "0", "--object-store-memory", str(100 * 2**20),
             "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()), *extra,
         ]  # fmt: skip
-        before = self.alive_nodes()
-        node = Node(argv, self.root / f"{name}.log", self.env)
+        env = {**self.env, "RAY_gcs_server_port_wait_time_s": JOIN_WAIT_S, "RAY_NUM_REDIS_GET_RETRIES": JOIN_WAIT_S}
+        node = Node(name, argv, port, self.root / f"{name}.log", env)
         self.nodes.append(node)
-
-        def joined() -> bool:
-            if node.proc.poll() is not None:
-                raise AssertionError(f"node {name} exited: {node.log.read_text()[-2000:]}")
-            return len(self.alive_nodes() - before) == 1
-
-        wait_until(joined, DEADLINE_S, f"node {name} to join ({node.log})")
-        (node.node_id,) = self.alive_nodes() - before
         return node
 
-    def start_head(self, cpus: int = 1, gpus: int = 0) -> Node:
-        extra = ["--head", "--port", str(self.port), "--include-dashboard", "false",
-                 "--ray-client-server-port", str(free_port()), "--system-config", SYSTEM_CONFIG]  # fmt: skip
-        return self._start("head", extra, cpus, gpus)
+    def _await(self, *nodes: Node) -> None:
+        """Wait until every one of ``nodes`` is alive in the GCS, and learn its id (by its node manager's port)."""
+
+        def joined() -> bool:
+            for node in nodes:
+                if node.proc.poll() is not None:
+                    raise AssertionError(f"node {node.name} exited: {node.log.read_text()[-2000:]}")
+            return {n.port for n in nodes} <= set(self.alive().values())
+
+        wait_until(joined, DEADLINE_S, f"nodes {', '.join(n.name for n in nodes)} to join ({self.root})")
+        ids = {port: node_id for node_id, port in self.alive().items()}
+        for node in nodes:
+            node.node_id = ids[node.port]
+
+    def _head_args(self) -> list[str]:
+        return ["--head", "--port", str(self.port), "--include-dashboard", "false",
+                "--ray-client-server-port", str(free_port()), "--system-config", SYSTEM_CONFIG]  # fmt: skip
+
+    def start(self, head_cpus: int, nodes: list[tuple[str, int, int]]) -> None:
+        """Start the head (``head_cpus``) and ``nodes`` ((name, CPUs, GPUs)) together: each joining node's ``ray
+        start`` waits for the head's GCS (:data:`JOIN_WAIT_S`); return once all are alive."""
+        started = [self._spawn("head", self._head_args(), head_cpus, 0)]
+        started += [self._spawn(name, ["--address", self.address], cpus, gpus) for name, cpus, gpus in nodes]
+        self._await(*started)
 
     def add_node(self, name: str, cpus: int = 1, gpus: int = 0) -> Node:
-        return self._start(name, ["--address", self.address], cpus, gpus)
+        node = self._spawn(name, ["--address", self.address], cpus, gpus)
+        self._await(node)
+        return node
 
     def alive_nodes(self) -> set[str]:
         """Ids of the nodes the GCS holds alive (none while there is no head)."""
+        return set(self.alive())
+
+    def alive(self) -> dict[str, int]:
+        """The nodes the GCS holds alive: id -> node manager port (none while there is no head)."""
         if not self.nodes:
-            return set()
+            return {}
         if self._watcher is None:
             self._watcher = subprocess.Popen(
                 [sys.executable, "-c", WATCHER, self.address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -183,7 +214,7 @@ class Cluster:
         assert self._watcher.stdin is not None and self._watcher.stdout is not None
         self._watcher.stdin.write("?\n")
         self._watcher.stdin.flush()
-        return set(json.loads(self._watcher.stdout.readline()))
+        return {str(k): int(v) for k, v in json.loads(self._watcher.stdout.readline()).items()}
 
     def stop(self) -> None:
         if self._watcher is not None:
@@ -199,8 +230,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Head (1 CPU) and a second node (1 CPU, a declared GPU): both nodes run CPU trials; only the second GPU ones."""
     c = Cluster(tmp_path_factory.mktemp("cluster"))
     try:
-        c.start_head(cpus=1)
-        c.add_node("gpu-node", cpus=1, gpus=1)
+        c.start(head_cpus=1, nodes=[("gpu-node", 1, 1)])
         yield c
     finally:
         c.stop()
@@ -212,6 +242,21 @@ def suite(*args: str, cluster: Cluster, db: Path) -> list[str]:
 
 def run(argv: list[str], timeout: float = DEADLINE_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
+
+
+def start(argv: list[str]) -> subprocess.Popen[str]:
+    """A command started and left running (:func:`finish` waits for it): independent work of one test at once."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = DEADLINE_S) -> subprocess.CompletedProcess[str]:
+    """Wait for a command of :func:`start`: what :func:`run` would have returned."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def records(db: Path) -> list[dict[str, Any]]:
@@ -251,10 +296,16 @@ def test_a_plugin_loads_on_the_other_node_and_records_say_where_they_ran(cluster
 def test_trial_gpus_run_on_the_node_with_a_gpu_and_a_cuda_trial_fails_there_in_one_line(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    db = tmp_path / "g.db"
+    db, failing_db = tmp_path / "g.db", tmp_path / "cuda.db"
     gpu_node = cluster.nodes[1]
     common = ("--algo", "ppo", "--env", "TextMatch-v0", "--steps", "512", "--no-report", "--trial-gpus", "1")
-    done = run(suite("run", *common, "--seeds", "0-1", cluster=cluster, db=db))
+    # the two studies at once, each its own driver: their trials queue for the one GPU
+    cuda = start(suite("run", *common, "--seeds", "2", "--device", "cuda", "--max-retries", "0", cluster=cluster,
+                       db=failing_db))  # fmt: skip
+    try:
+        done = run(suite("run", *common, "--seeds", "0-1", cluster=cluster, db=db))
+    finally:
+        failing = finish(cuda)
     assert done.returncode == 0, done.stderr
     recs = records(db)
     assert [r["status"] for r in recs] == ["ok", "ok"]
@@ -264,9 +315,8 @@ def test_trial_gpus_run_on_the_node_with_a_gpu_and_a_cuda_trial_fails_there_in_o
         assert where(r)["visible_devices"]["CUDA_VISIBLE_DEVICES"] == "0"  # the trial process was told its GPU
         assert r["provenance"]["device"] == "cpu"
     # told cuda, on a node whose GPU is declared but absent: the trial fails where it ran, in one line, recorded
-    failing = run(suite("run", *common, "--seeds", "2", "--device", "cuda", "--max-retries", "0", cluster=cluster, db=db))
     assert failing.returncode == 0, failing.stderr  # a failed trial is data
-    (rec,) = [r for r in records(db) if r["seed"] == 2]
+    (rec,) = records(failing_db)
     assert (rec["status"], rec["failure_kind"]) == ("failed", "worker_died")
     assert "sees no CUDA GPU" in rec["error"] and f"on node {gpu_node.node_id[:12]}" in rec["error"]
     assert "\n" not in rec["error"] and where(rec)["node_id"] == gpu_node.node_id
@@ -275,7 +325,8 @@ def test_trial_gpus_run_on_the_node_with_a_gpu_and_a_cuda_trial_fails_there_in_o
 
 def test_a_driver_killed_mid_study_resumes_with_the_same_command(cluster: Cluster, tmp_path: Path) -> None:
     db = tmp_path / "d.db"
-    argv = suite("run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-3", "--steps", "2048", "--workers", "2",
+    # one trial at a time: each command starts a Ray worker (and its trial forkserver) on one node only
+    argv = suite("run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-3", "--steps", "2048", "--workers", "1",
                  "--no-report", cluster=cluster, db=db)  # fmt: skip
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=ROOT, env=ENV
@@ -352,16 +403,19 @@ def test_a_paper_tier_reproduce_on_the_cluster_merges_like_any_other_run(
     db = tmp_path / "cluster.db"
     argv = suite("reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "out"),
                  cluster=cluster, db=db)  # fmt: skip
-    done = run(argv)
+    on_cluster = start(argv)
+    local = tmp_path / "local.db"  # the same claims run here by the local executor (in this process: no Ray), meanwhile
+    argv = ["reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "local"), "--db", str(local)]
+    try:
+        assert main([*argv, "--quiet", "--workers", "2"]) == 0
+    finally:
+        done = finish(on_cluster)
     assert done.returncode == 0, done.stderr
     assert "plan: 2 trials to run, 0 already done; 800 env steps" in done.stderr
     verdicts = json.loads((tmp_path / "out" / "verdicts.json").read_text())
     assert verdicts["tier"] == "paper"
     recs = records(db)
     assert [(r["budget"], r["status"]) for r in recs] == [(400, "ok")] * 2 and all(where(r)["node_id"] for r in recs)
-    local = tmp_path / "local.db"  # the same claims run here by the local executor (in this process: no Ray)
-    argv = ["reproduce", str(tmp_path / "tiny.toml"), "--tier", "paper", "-o", str(tmp_path / "local"), "--db", str(local)]
-    assert main([*argv, "--quiet", "--workers", "2"]) == 0
     capsys.readouterr()
     assert main(["merge", str(db), "--db", str(local)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"{db}: 0 trials added, 2 already here with the same outcome"
