@@ -42,6 +42,7 @@ from suite.memory_probe import check_mode, start_memory_probe
 from suite.plugins import load_plugins
 from suite.provenance import collect_provenance, utc_now_iso
 from suite.registry import AlgorithmSpec, check_compatible, get_algorithm
+from suite.schedstat import RunQueueClock
 from suite.seeding import EVAL_SEED_BASE, TRAIN_SEED_STRIDE, eval_seeds, seed_everything
 from suite.store.models import model_filename
 
@@ -305,11 +306,17 @@ class TrialContext:
         self.times: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.cpu_times: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         """CPU seconds of this process per phase: unlike wall time, barely moved by other load on a shared machine."""
+        self.waits: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        """Run-queue wait per phase: seconds the thread running the phases was runnable but another task had the CPU
+        (:mod:`suite.schedstat`; recorded only where the kernel provides it). ``time - wait`` is the phase's wall time
+        with the load of other processes taken out and its own sleeps and waits kept."""
+        self._run_queue = RunQueueClock()
         self.phase_calls: dict[str, int] = dict.fromkeys(PHASES, 0)
         self.probes: list[PhaseProbe] = []
         self._phase: str | None = None
         self._phase_t0 = 0.0
         self._phase_c0 = 0.0
+        self._phase_q0: float | None = None
         self._envs: list[Any] = []
         self._next_eval = resolved.eval_freq
         self._progress = progress
@@ -351,15 +358,25 @@ class TrialContext:
         self.end_phase()
         for probe in self.probes:
             probe.enter(name)
-        self._phase, self._phase_t0, self._phase_c0 = name, time.perf_counter(), time.process_time()
+        # the run-queue wait is read last, here and at the end: a thread is often preempted as a system call returns
+        # (the CPU clock's read is one) and its wait is counted when it runs again, so a preemption at the return of
+        # the beginning's read falls inside both the wall and the wait window, one at the end's read inside neither.
+        # Read before the CPU clock, the wait counted preemptions the wall clock did not: wall - wait fell below
+        # the CPU time under load (tests/test_schedstat.py).
+        self._phase, self._phase_c0 = name, time.process_time()
+        self._phase_t0 = time.perf_counter()
+        self._phase_q0 = self._run_queue.read()
 
     def end_phase(self) -> None:
         """End the current phase (no-op when none is running)."""
         if self._phase is None:
             return
         name, self._phase = self._phase, None
-        self.times[name] += time.perf_counter() - self._phase_t0
         self.cpu_times[name] += time.process_time() - self._phase_c0
+        self.times[name] += time.perf_counter() - self._phase_t0
+        waited = self._run_queue.read()
+        if waited is not None and self._phase_q0 is not None:
+            self.waits[name] += waited - self._phase_q0
         self.phase_calls[name] += 1
         for probe in self.probes:
             probe.exit(name)
@@ -383,9 +400,12 @@ class TrialContext:
         return sum(t for name, t in self.times.items() if name != "eval")
 
     def phases_record(self) -> dict[str, dict[str, Any]]:
-        """``{phase: {"time_s", "cpu_s", "calls", ...probe fields}}`` for the phases that ran."""
+        """``{phase: {"time_s", "cpu_s", "wait_s", "calls", ...probe fields}}`` for the phases that ran (``wait_s``,
+        the run-queue wait, only where the kernel provides it)."""
+        waits = self._run_queue.available
         out = {
             name: {"time_s": self.times[name], "cpu_s": self.cpu_times[name], "calls": self.phase_calls[name]}
+            | ({"wait_s": self.waits[name]} if waits else {})
             for name in self.times
             if self.phase_calls[name]
         }
@@ -456,6 +476,7 @@ class TrialContext:
             with contextlib.suppress(Exception):
                 envs.close()
         self._envs.clear()
+        self._run_queue.close()
 
 
 def _peak_rss_mb() -> float:

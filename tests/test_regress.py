@@ -217,6 +217,57 @@ def test_the_cpu_clock_catches_what_load_hides_on_the_wall_clock():
     assert g.speed[0].verdict == "same" and g.speed[1].verdict == "slower" and g.failures == ["slower"]
 
 
+def _clocks(side, *, wall=1000.0, cpu=2000.0, unstarved=1100.0, **kwargs):
+    """Runs with all three clocks (unstarved=None: records without the run-queue wait, as older builds wrote them)."""
+    runs = _runs(side, sps=wall, extra={"cpu_steps_per_second": cpu, "unstarved_steps_per_second": unstarved}, **kwargs)
+    runs["cpu_steps_per_second"] = runs["steps_per_second"] * cpu / wall  # each clock with the same per-trial spread
+    if unstarved is not None:
+        runs["unstarved_steps_per_second"] = runs["steps_per_second"] * unstarved / wall
+    return runs
+
+
+def test_a_load_that_swings_slows_the_wall_clock_alone_and_passes():
+    # the false alarm of results/regress-targets (identical revisions, wall 0.59x, CPU 0.98x): the run-queue wait
+    # takes the other processes' load out of the wall clock, so only the raw wall clock moves, and it does not gate
+    g = _decide(_clocks("base"), _clocks("head", wall=600.0, cpu=2000.0, unstarved=1100.0))
+    assert [s.measure for s in g.speed] == ["steps_per_second", "cpu_steps_per_second", "unstarved_steps_per_second"]
+    wall, cpu, unstarved = g.speed
+    assert wall.ratio == pytest.approx(0.6) and wall.hi < 1 / 1.1 and wall.verdict == "info"
+    assert cpu.verdict == unstarved.verdict == "same" and unstarved.ratio == pytest.approx(1.0)
+    assert g.speed_rule == "cpu + unstarved wall" and g.speed_verdict == "same" and g.verdict == "pass"
+    assert undecided(g, Thresholds()) == []  # the raw wall clock never asks for more repeats either
+
+
+def test_a_change_that_waits_is_slower_on_the_unstarved_wall_clock():
+    # a sleep in the update: the CPU clock does not see it, the unstarved wall clock does
+    g = _decide(_clocks("base"), _clocks("head", wall=700.0, cpu=2000.0, unstarved=770.0))
+    assert g.speed[1].verdict == "same" and g.speed[2].verdict == "slower"
+    assert g.speed[2].ratio == pytest.approx(0.7) and g.failures == ["slower"] and g.speed_rule == "cpu + unstarved wall"
+
+
+def test_records_without_the_run_queue_wait_keep_the_older_rule():
+    old_base, old_head = _clocks("base", unstarved=None), _clocks("head", wall=600.0, unstarved=None)
+    g = _decide(old_base, old_head)
+    assert [s.measure for s in g.speed] == ["steps_per_second", "cpu_steps_per_second"]
+    assert g.speed_rule == "wall + cpu" and g.speed[0].verdict == "slower" and g.failures == ["slower"]
+    # one revision with it, one without (an older BASE): the older rule as well
+    g = _decide(old_base, _clocks("head", wall=600.0, unstarved=1100.0))
+    assert g.speed_rule == "wall + cpu" and g.failures == ["slower"]
+
+
+def test_the_verdict_table_names_the_rule_and_every_clock():
+    from suite.regress.output import verdict_frame
+
+    new = _decide(_clocks("base"), _clocks("head", wall=600.0))
+    old = _decide(_clocks("base", unstarved=None), _clocks("head", unstarved=None))
+    (row_new, row_old) = verdict_frame([new, old]).to_dict("records")
+    assert row_new["speed_rule"] == "cpu + unstarved wall" and row_new["wall_speed_verdict"] == "info"
+    assert row_new["unstarved_speed_ratio"] == pytest.approx(1.0) and row_new["speed_verdict"] == "same"
+    assert row_new["speed_cell"].startswith("0.600 [") and "; unstarved wall 1.000 [" in row_new["speed_cell"]
+    assert row_old["speed_rule"] == "wall + cpu" and math.isnan(row_old["unstarved_speed_ratio"])
+    assert "unstarved" not in row_old["speed_cell"]
+
+
 def test_a_nondeterministic_head_fails():
     head = _runs("head")
     head.loc[(head["repeat"] == 1) & (head["seed"] == 2), "result_hash"] = "other"
@@ -286,6 +337,15 @@ def test_a_comparison_is_undecided_when_its_estimate_is_beyond_a_threshold_and_i
     group.speed = [_ratio("steps_per_second", *speed)]
     group.memory = [_ratio("peak_rss_mb", *memory[:4], *memory[4:])]
     assert undecided(group, Thresholds()) == expected
+
+
+def test_an_undecided_comparison_asks_for_repeats_on_its_gating_clocks_only():
+    group = GroupResult("ppo", "CartPole-v1", "CartPole-v1", [0], "identical", "", budget=2048)
+    group.speed = [_ratio("steps_per_second", 0.6, 0.4, 0.9, "info"), _ratio("cpu_steps_per_second", 1.0, 0.9, 1.1, "same"),
+                   _ratio("unstarved_steps_per_second", 0.82, 0.57, 1.19, "same")]  # fmt: skip
+    assert undecided(group, Thresholds()) == ["unstarved_steps_per_second"]
+    group.speed[2] = _ratio("unstarved_steps_per_second", 0.98, 0.9, 1.07, "same")
+    assert undecided(group, Thresholds()) == []  # the raw wall clock's 0.6 is shown only
 
 
 def test_only_the_units_of_undecided_comparisons_run_again():
@@ -552,6 +612,7 @@ def test_identical_revisions_pass_with_every_gate_on(planted):
     for v in verdicts.values():
         assert v["returns"] == "identical" and v["identical_seeds"] == 2, v
         assert v["speed_verdict"] != "slower" and v["memory_verdict"] != "hungrier", v
+        assert v["speed_rule"] == "cpu + unstarved wall" and v["wall_speed_verdict"] == "info", v
         assert v["verdict"].startswith("pass"), v
     assert code == 0
 
@@ -563,6 +624,18 @@ def test_a_twice_as_long_update_is_slower(planted):
     for v in verdicts.values():
         assert v["returns"] == "identical"  # a slower update changes no result
         assert v["speed_verdict"] == "slower" and 0.3 < v["cpu_speed_ratio"] < 0.85, v
+    assert code == 1
+
+
+def test_an_update_that_waits_is_slower_on_the_unstarved_wall_clock(planted):
+    # the update sleeps as long again as it ran: no CPU time, so the CPU clock says "same"; the unstarved wall clock
+    # (wall minus the run-queue wait) keeps the sleep and sees ~0.5-0.6x
+    code, verdicts = _gate(planted, "wait-update-2x", [str(STUDIES / "regress-speed.toml")])
+    for v in verdicts.values():
+        assert v["returns"] == "identical" and v["speed_rule"] == "cpu + unstarved wall", v
+        assert v["cpu_speed_verdict"] != "slower" and v["cpu_speed_hi"] > 1 / 1.1, v  # invisible to the CPU clock
+        assert v["unstarved_speed_verdict"] == "slower" and 0.3 < v["unstarved_speed_ratio"] < 0.85, v
+        assert v["speed_verdict"] == "slower" and v["verdict"].startswith("FAIL"), v
     assert code == 1
 
 
@@ -616,7 +689,7 @@ def test_an_extra_copy_of_the_observations_is_hungrier(planted):
     assert 90 < v["peak_rss_mb_head"] - v["peak_rss_mb_base"] < 140, v
 
 
-def test_a_trial_records_cpu_seconds_per_phase_and_the_runs_frame_reads_them():
+def test_a_trial_records_cpu_and_wait_seconds_per_phase_and_the_runs_frame_reads_them():
     from suite.regress.records import summarise
     from suite.trial import TrialSpec, run_trial
 
@@ -625,10 +698,17 @@ def test_a_trial_records_cpu_seconds_per_phase_and_the_runs_frame_reads_them():
     timed = {name: p for name, p in phases.items() if p["calls"]}  # not the memory-only setup entry (0 calls)
     assert set(timed) >= {"rollout", "update", "eval"}
     assert all(0 <= p["cpu_s"] <= 2 * p["time_s"] + 0.05 for p in timed.values())
+    waits = Path("/proc/thread-self/schedstat").exists()
+    assert all(("wait_s" in p) == waits for p in timed.values())
+    assert all(0 <= p.get("wait_s", 0) <= p["time_s"] + 0.001 for p in timed.values())  # a part of the wall time
     trials = pd.DataFrame([{k: v for k, v in rec.items() if k not in ("curve", "evals", "updates")}])
     (row,) = summarise(trials, pd.DataFrame(), pd.DataFrame(), side="head", repeat=0, models=None).to_dict("records")
     cpu = sum(p["cpu_s"] for name, p in timed.items() if name != "eval")
     assert row["cpu_steps_per_second"] == pytest.approx(rec["steps"] / cpu)
+    if waits:
+        unstarved = sum(p["time_s"] - p["wait_s"] for name, p in timed.items() if name != "eval")
+        assert row["unstarved_steps_per_second"] == pytest.approx(rec["steps"] / unstarved)
+        assert row["unstarved_steps_per_second"] >= rec["steps_per_second"] * (1 - 1e-9)
     assert row["time:update"] == phases["update"]["time_s"]
 
 

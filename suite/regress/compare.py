@@ -15,10 +15,17 @@ gives different outcomes for the same seed in different repeats is ``nondetermin
 first rule; HEAD being so where BASE is not fails the gate). With fewer than 2 ok seeds a side, changed results
 cannot be tested: ``differs``.
 
-**Speed and memory** are HEAD/BASE ratios of training steps/s (wall clock, and CPU time of the trial process
-where both revisions record it), peak RSS and every per-phase peak memory field the records carry. Each revision
-runs the whole study once per repeat, so the trials of one run share that run's machine load: the independent unit
-is the repeat, not the seed. Per comparison and repeat, the log ratio is averaged over seeds (``d_r``); the
+**Speed and memory** are HEAD/BASE ratios of training steps/s, peak RSS and every per-phase peak memory field the
+records carry. Speed is measured on three clocks: the wall clock; the CPU time of the trial process; and the
+*unstarved wall clock*, wall time minus the trial thread's run-queue wait (:mod:`suite.schedstat`: the time it was
+runnable while other processes had the CPU). Where both revisions record the run-queue wait, the speed verdict comes
+from the CPU clock and the unstarved wall clock (``slower`` if either is) and the raw wall clock is shown only: on a
+shared machine whose load swings between a trial and its twin the raw wall clock false-alarms on identical
+revisions (docs/regression-gate.md), while the unstarved wall clock drops that load and keeps what the CPU clock
+cannot see, a change that waits (sleeps, I/O, locks). Where either revision lacks it (records of older builds),
+the older rule stands: wall clock and CPU clock, ``slower`` if either is. Each revision runs the whole study once
+per repeat, so the trials of one run share that run's machine load: the independent unit is the repeat, not the
+seed. Per comparison and repeat, the log ratio is averaged over seeds (``d_r``); the
 estimate is ``exp(mean_r d_r)`` and its interval a Student-t interval whose standard deviation is pooled over the
 run's comparisons of the same measure (degrees of freedom ``sum(R - 1)``: 2 repeats already give an interval),
 and never below the comparison's own. A change counts only when the *whole* interval is beyond the threshold
@@ -40,13 +47,16 @@ import pandas as pd
 import scipy.stats
 
 from suite.errors import UserError
-from suite.regress.records import CPU_SPEED, MEM_PREFIX, TIME_PREFIX, finite, phase_columns
+from suite.regress.records import CPU_SPEED, MEM_PREFIX, TIME_PREFIX, UNSTARVED_SPEED, finite, phase_columns
 
 FAILING = ("worse", "slower", "hungrier", "nondeterministic")
 """Verdicts that fail the gate (exit code 1)."""
 
 WALL_SPEED = "steps_per_second"
 """The record's training steps/s: env steps over wall-clock rollout + update time."""
+
+SPEEDS: dict[str, str] = {WALL_SPEED: "wall", CPU_SPEED: "cpu", UNSTARVED_SPEED: "unstarved wall"}
+"""The speed measures of a comparison, in the order they are listed, with the clock each is on."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +93,15 @@ def rule_text(t: Thresholds, speed_gated: bool = True) -> list[str]:
         f"reference 1), are compared per seed: worse = one-sided Welch p < {t.alpha:g} and a drop > {t.return_margin:g} "
         "on either; better = the same upwards; more failed/diverged trials in HEAD = worse; fewer than 2 ok seeds "
         "a side = differs (not tested); the same seed giving different outcomes across repeats = nondeterministic.",
-        f"Speed: training steps/s HEAD/BASE (wall clock; also CPU time where both revisions record it), log ratios "
-        f"averaged over seeds per repeat, geometric mean with a {conf} t-interval (sd pooled over the comparisons, "
-        f"repeats as the unit); slower = the whole interval below 1/{t.speed:g} (= {1 / t.speed:.3f}) on either "
-        f"clock; faster = the whole interval above {t.speed:g}."
+        f"Speed: training steps/s HEAD/BASE on the wall clock, the CPU clock (CPU time of the trial process) and the "
+        f"unstarved wall clock (wall time minus the trial thread's run-queue wait: other processes' load taken out, "
+        f"the trial's own sleeps and waits kept), each where both revisions record it; log ratios averaged over seeds "
+        f"per repeat, geometric mean with a {conf} t-interval (sd pooled over the comparisons, repeats as the unit). "
+        f"Where both revisions record the run-queue wait, the verdict comes from the CPU clock and the unstarved wall "
+        f"clock and the raw wall clock is shown only (info); where either lacks it (older records), from the wall "
+        f"clock and the CPU clock; the column speed_rule of verdicts.csv names the clocks each comparison used. "
+        f"slower = the whole interval below 1/{t.speed:g} (= {1 / t.speed:.3f}) on either of its clocks; faster = "
+        f"the whole interval above {t.speed:g}."
         + (" A comparison whose estimate is beyond a speed or memory threshold while its interval is not runs again "
            "(that algorithm and env only, both revisions) up to the run's maximum repeats (--max-repeats) before it "
            "is decided." if speed_gated else
@@ -175,7 +190,8 @@ def undecided(result: GroupResult, t: Thresholds) -> list[str]:
     """The gating measures of a comparison whose estimate is beyond its threshold while its interval is not: more
     repeats could turn them into ``slower`` / ``hungrier`` (or show they are not). Empty: decided.
 
-    A speed ratio below ``1/speed`` (either clock) with a ``same`` verdict, or a memory ratio above ``memory``
+    A speed ratio below ``1/speed`` on a clock that gates the comparison (a ``same`` verdict: the raw wall clock's
+    is ``info`` where the unstarved wall clock replaces it, so it never asks for repeats), or a memory ratio above ``memory``
     (with an increase of at least the floor) with a ``same`` verdict. Estimates inside the thresholds are decided:
     even a certain interval there would not fail the gate.
     """
@@ -227,7 +243,7 @@ class GroupResult:
     p_auc: float = math.nan
     identical_seeds: int = 0
     speed: list[RatioResult] = field(default_factory=list)
-    """Wall-clock steps/s first, then CPU-time steps/s where recorded."""
+    """Wall-clock steps/s first, then CPU-time and unstarved-wall steps/s where recorded (:data:`SPEEDS`)."""
     memory: list[RatioResult] = field(default_factory=list)
     """Peak RSS first, then per-phase fields."""
     phase_times: list[RatioResult] = field(default_factory=list)
@@ -236,11 +252,21 @@ class GroupResult:
 
     @property
     def speed_verdict(self) -> str:
-        """slower if either clock is; else faster if the wall clock is; else that of the wall clock (or n/a)."""
-        verdicts = [s.verdict for s in self.speed]
-        if "slower" in verdicts:
+        """slower if any gating clock is; else that of the unstarved wall clock where it gates, else that of the wall
+        clock (faster, same, info or n/a)."""
+        verdicts = {s.measure: s.verdict for s in self.speed}
+        if "slower" in verdicts.values():
             return "slower"
-        return verdicts[0] if verdicts else "n/a"
+        if verdicts.get(UNSTARVED_SPEED, "info") != "info":
+            return verdicts[UNSTARVED_SPEED]
+        return verdicts.get(WALL_SPEED) or next(iter(verdicts.values()), "n/a")
+
+    @property
+    def speed_rule(self) -> str:
+        """The clocks that decided the speed verdict: ``cpu + unstarved wall`` where both revisions record the
+        run-queue wait, ``wall + cpu`` (the older rule) where either does not, ``not gated`` against a reference."""
+        gating = [SPEEDS[s.measure] for s in self.speed if s.verdict != "info"]
+        return " + ".join(gating) if gating else ("not gated" if self.speed else "n/a")
 
     @property
     def memory_verdict(self) -> str:
@@ -313,15 +339,20 @@ def compare(
         groups[key] = _returns(str(algo), str(env_label), env_id, base, head, thresholds, normaliser)
         groups[key].budget = budget
         sides[key] = (base, head)
-    measures = [WALL_SPEED, CPU_SPEED, "peak_rss_mb", *phase_columns(runs, MEM_PREFIX), *phase_columns(runs, TIME_PREFIX)]
+    measures = [*SPEEDS, "peak_rss_mb", *phase_columns(runs, MEM_PREFIX), *phase_columns(runs, TIME_PREFIX)]
     for column in measures:
         for key, ratio in _ratios(sides, column, thresholds, paired_speed).items():
-            if column in (WALL_SPEED, CPU_SPEED):
+            if column in SPEEDS:
                 groups[key].speed.append(ratio)
             elif column.startswith(TIME_PREFIX):
                 groups[key].phase_times.append(ratio)
             else:
                 groups[key].memory.append(ratio)
+    for group in groups.values():
+        if any(s.measure == UNSTARVED_SPEED for s in group.speed):
+            for s in group.speed:  # the unstarved wall clock replaces the raw one: shown, not gating
+                if s.measure == WALL_SPEED:
+                    s.verdict = "info"
     return list(groups.values())
 
 
@@ -348,7 +379,7 @@ def _ratios(
     for key, (ratio, lo, hi, repeats) in pooled_ratio_intervals(per_repeat, t.alpha).items():
         p = pairs[key]
         b_mean, h_mean = float(p["b"].mean()), float(p["h"].mean())
-        if column in (WALL_SPEED, CPU_SPEED):
+        if column in SPEEDS:
             verdict = speed_verdict(ratio, lo, hi, t.speed) if paired_speed else "info"
         elif column.startswith(TIME_PREFIX):
             verdict = "info"

@@ -24,8 +24,8 @@ from typing import Any
 import pandas as pd
 
 import suite
-from suite.regress.compare import WALL_SPEED, GroupResult, RatioResult, Thresholds, rule_text
-from suite.regress.records import CPU_SPEED
+from suite.regress.compare import SPEEDS, WALL_SPEED, GroupResult, RatioResult, Thresholds, rule_text
+from suite.regress.records import CPU_SPEED, UNSTARVED_SPEED
 from suite.report import html as html_out
 from suite.report import markdown as md_out
 from suite.report.display import Column, DisplayTable, TableSpec, display_table, format_number
@@ -74,13 +74,17 @@ def _ratio_cell(r: RatioResult | None) -> str:
 
 
 def _speed_cell(g: GroupResult) -> str:
+    """``0.587 [0.427, 0.808] info; cpu 0.979 [...] same; unstarved wall 0.981 [...] same``: the wall clock first,
+    unlabelled, then the other clocks the records have; the verdict after each (``info``: shown, not gating)."""
     if not g.speed:
         return "n/a"
-    text = _ratio_cell(g.speed[0])
-    cpu = [s for s in g.speed[1:] if math.isfinite(s.ratio)]
-    if cpu:
-        text += f"; cpu {_ratio_cell(cpu[0])}"
-    return text
+    cells = [_ratio_cell(s) if s.measure == WALL_SPEED else f"{SPEEDS[s.measure]} {_ratio_cell(s)}"
+             for s in g.speed if s.measure == WALL_SPEED or math.isfinite(s.ratio)]  # fmt: skip
+    return "; ".join(cells)
+
+
+def _speed(g: GroupResult, measure: str) -> RatioResult | None:
+    return next((s for s in g.speed if s.measure == measure), None)
 
 
 def _memory_cell(g: GroupResult) -> str:
@@ -112,8 +116,7 @@ def verdict_frame(results: Sequence[GroupResult]) -> pd.DataFrame:
     """One row per group at full precision (``verdicts.csv``) plus the display cells."""
     rows = []
     for g in results:
-        sp = g.speed[0] if g.speed else None
-        cpu = g.speed[1] if len(g.speed) > 1 else None
+        sp, cpu, unstarved = _speed(g, WALL_SPEED), _speed(g, CPU_SPEED), _speed(g, UNSTARVED_SPEED)
         mem = g.memory[0] if g.memory else None
         rows.append({
             "algo": g.algo, "env_label": g.env_label, "env_id": g.env_id, "budget": g.budget,
@@ -128,7 +131,12 @@ def verdict_frame(results: Sequence[GroupResult]) -> pd.DataFrame:
             "steps_per_second_head": sp.head_mean if sp else math.nan,
             "cpu_speed_ratio": cpu.ratio if cpu else math.nan, "cpu_speed_lo": cpu.lo if cpu else math.nan,
             "cpu_speed_hi": cpu.hi if cpu else math.nan, "cpu_speed_verdict": cpu.verdict if cpu else "n/a",
-            "speed_verdict": g.speed_verdict,
+            "unstarved_speed_ratio": unstarved.ratio if unstarved else math.nan,
+            "unstarved_speed_lo": unstarved.lo if unstarved else math.nan,
+            "unstarved_speed_hi": unstarved.hi if unstarved else math.nan,
+            "unstarved_speed_verdict": unstarved.verdict if unstarved else "n/a",
+            "wall_speed_verdict": sp.verdict if sp else "n/a",
+            "speed_verdict": g.speed_verdict, "speed_rule": g.speed_rule,
             "memory_ratio": mem.ratio if mem else math.nan, "memory_lo": mem.lo if mem else math.nan,
             "memory_hi": mem.hi if mem else math.nan, "peak_rss_mb_base": mem.base_mean if mem else math.nan,
             "peak_rss_mb_head": mem.head_mean if mem else math.nan, "memory_verdict": g.memory_verdict,
@@ -238,7 +246,7 @@ def document(results: Sequence[GroupResult], ctx: Context, thresholds: Threshold
     ]
     notes: list[Paragraph | DisplayTable | FigureRef | Failure] = [Paragraph(n) for n in ctx.notes]
     notes += [Paragraph(f"{g.algo} / {g.env_label}: {n}") for g in results for n in g.notes]
-    speed = measures[measures["measure"].isin([WALL_SPEED, CPU_SPEED])]
+    speed = measures[measures["measure"].isin(list(SPEEDS))]
     phase_t = measures[measures["measure"].str.startswith("time:")]
     memory = measures[(measures["measure"] == "peak_rss_mb") | measures["measure"].str.startswith("mem:")]
     sections = [
@@ -247,8 +255,10 @@ def document(results: Sequence[GroupResult], ctx: Context, thresholds: Threshold
         Section("returns", "Returns", [Paragraph(RETURNS_SPEC.caption, "caption"), display_table(frame, RETURNS_SPEC)]),
         Section("speed", "Speed", [
             Paragraph("Training steps/s: env steps over the wall-clock time of rollout + advantages + update "
-                      "(steps_per_second) and over the CPU time of the trial process in those phases "
-                      "(cpu_steps_per_second, where both revisions record it).", "caption"),
+                      "(steps_per_second), over the CPU time of the trial process in those phases "
+                      "(cpu_steps_per_second) and over their wall time less the trial thread's run-queue wait "
+                      "(unstarved_steps_per_second), the last two where both revisions record them. Verdict info: "
+                      "shown, not gating (the rule is under the verdicts).", "caption"),
             display_table(speed, _measure_spec("Speed", "Training steps/s.")),
             Paragraph("Seconds per phase, HEAD/BASE (above 1: HEAD slower in that phase); shown to locate a change, "
                       "not gated.", "caption"),

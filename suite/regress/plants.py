@@ -10,6 +10,11 @@ loss), so it keeps working when the algorithms' internals are rewritten:
 ``slow-update-2x``
     every ``update`` phase takes twice as long: the test's plant, a slowdown that 2 repeats settle on a shared
     2-core machine (the 30% plant needs the gate's undecided repeats, up to 6: ``benchmarks/regress_targets.py``);
+``wait-update``
+    every ``update`` phase takes 30% longer by *sleeping* after it (as code that waits on I/O, a lock or another
+    process would): no CPU time, so the CPU clock cannot see it; the unstarved wall clock must;
+``wait-update-2x``
+    every ``update`` phase sleeps as long again as it ran: the test's plant, like ``slow-update-2x``;
 ``flipped-loss``
     PPO's loss with a flipped sign (the returns collapse);
 ``obs-copy``
@@ -33,12 +38,21 @@ from pathlib import Path
 from suite.regress.revisions import working_tree_files
 
 
-def _slow_update(extra: float, label: str) -> tuple[str, str]:
-    """A plant that makes every ``update`` phase take ``extra`` (a fraction) longer, by a busy wait after it."""
+def _slow_update(extra: float, label: str, sleep: bool = False) -> tuple[str, str]:
+    """A plant that makes every ``update`` phase take ``extra`` (a fraction) longer, by a busy wait after it (or a
+    sleep: ``sleep=True``)."""
+    if sleep:
+        how, wait = "sleep, like code that waits", "time.sleep(max(until - time.perf_counter(), 0.0))"
+    else:
+        how = "busy wait, like slower code"
+        wait = (
+            "while time.perf_counter() < until:  # spin, not sleep: the plant costs CPU time as a slower update "
+            "would\n                continue"
+        )
     return (
         "suite/trial.py",
         f"""
-# planted regression: every "update" phase takes {label} longer (busy wait, like slower code)
+# planted regression: every "update" phase takes {label} longer ({how})
 def _planted_slow_update(begin, end):
     def begin_phase(self, name):
         begin(self, name)
@@ -49,8 +63,7 @@ def _planted_slow_update(begin, end):
         self._planted_t0 = None
         if started is not None and started[0] == "update":
             until = time.perf_counter() + {extra!r} * (time.perf_counter() - started[1])
-            while time.perf_counter() < until:  # spin, not sleep: the plant costs CPU time as a slower update would
-                continue
+            {wait}
         end(self)
 
     return begin_phase, end_phase
@@ -63,6 +76,8 @@ TrialContext.begin_phase, TrialContext.end_phase = _planted_slow_update(TrialCon
 
 SLOW_UPDATE = _slow_update(0.3, "30%")
 SLOW_UPDATE_2X = _slow_update(1.0, "twice as long (100%)")
+WAIT_UPDATE = _slow_update(0.3, "30%", sleep=True)
+WAIT_UPDATE_2X = _slow_update(1.0, "twice as long (100%)", sleep=True)
 
 FLIPPED_LOSS = (
     "suite/algorithms/ppo.py",
@@ -131,8 +146,8 @@ TrialContext.begin_phase = _begin_phase_allocating
 SAME = ("README.md", "\nA README-only change.\n")
 
 PLANTS: dict[str, tuple[str, str]] = {
-    "slow-update": SLOW_UPDATE, "slow-update-2x": SLOW_UPDATE_2X, "flipped-loss": FLIPPED_LOSS, "obs-copy": OBS_COPY,
-    "alloc-128mb": ALLOC_128MB,
+    "slow-update": SLOW_UPDATE, "slow-update-2x": SLOW_UPDATE_2X, "wait-update": WAIT_UPDATE,
+    "wait-update-2x": WAIT_UPDATE_2X, "flipped-loss": FLIPPED_LOSS, "obs-copy": OBS_COPY, "alloc-128mb": ALLOC_128MB,
 }  # fmt: skip
 """Plant name -> (file it is appended to, code)."""
 

@@ -1,8 +1,8 @@
 """A slot's results database as one row per trial: what the comparison needs, and hashes of what must not move.
 
 The row of a trial (the *runs* frame, also the format of the committed reference) holds its identity, status,
-final evaluation return, AUC of the evaluation curve, training steps/s, peak RSS, per-phase time and memory
-fields when the record has them, and two hashes:
+final evaluation return, AUC of the evaluation curve, training steps/s (on the wall clock, the CPU clock and the
+unstarved wall clock), peak RSS, per-phase time and memory fields when the record has them, and two hashes:
 
 ``result_hash``
     SHA-256 of the canonical JSON of what training produced: status, steps, the learning curve, every
@@ -38,11 +38,16 @@ MEM_PREFIX = "mem:"
 """Column prefix of per-phase memory fields (``mem:rollout:rss_peak_mb``)."""
 CPU_SPEED = "cpu_steps_per_second"
 """Env steps over the CPU seconds of the training phases (records that have ``phases[...]["cpu_s"]``; else NaN)."""
+UNSTARVED_SPEED = "unstarved_steps_per_second"
+"""Env steps over the *unstarved wall clock* of the training phases: wall seconds minus the run-queue wait
+(``phases[...]["wait_s"]``, :mod:`suite.schedstat`), the time the trial would have taken with a CPU to itself. Its
+own sleeps and waits stay in, other processes' load is out. NaN for records without ``wait_s`` (older builds, or a
+kernel that does not provide it)."""
 
 BASE_COLUMNS: tuple[str, ...] = (
     "side", "repeat", "key", "algo", "algo_version", "env_id", "env_kwargs", "env_label", "seed", "budget", "threads",
     "config_hash", "status", "failure_kind", "error", "steps", "final_return", "auc", "steps_per_second",
-    "cpu_steps_per_second", "wall_time_s", "peak_rss_mb", "result_hash", "param_hash",
+    "cpu_steps_per_second", "unstarved_steps_per_second", "wall_time_s", "peak_rss_mb", "result_hash", "param_hash",
 )  # fmt: skip
 """Columns every runs frame has, in order; per-phase columns follow."""
 
@@ -173,6 +178,7 @@ def summarise(
             "auc": eval_auc(ev) if rec["status"] == "ok" else float("nan"),
             "steps_per_second": _float(rec.get("steps_per_second")),
             "cpu_steps_per_second": _cpu_speed(rec.get("steps"), rec.get("phases") or {}),
+            "unstarved_steps_per_second": _unstarved_speed(rec.get("steps"), rec.get("phases") or {}),
             "wall_time_s": _float(rec.get("wall_time_s")),
             "peak_rss_mb": _float(rec.get("peak_rss_mb")),
             "result_hash": result_hash(rec, curve_by_key.get(key, empty_curve), ev),
@@ -193,13 +199,29 @@ def summarise(
     return frame
 
 
+def _training_phases(steps: Any, phases: Mapping[str, Any], *fields: str) -> list[Mapping[str, Any]] | None:
+    """The training phases (every phase that ran but ``eval``) when each has every one of ``fields``; else None."""
+    training = [f for name, f in phases.items() if name != "eval" and isinstance(f, Mapping) and f.get("calls", 1)]
+    if steps is None or pd.isna(steps) or not training:
+        return None
+    if any(not isinstance(f.get(name), int | float) for f in training for name in fields):
+        return None
+    return training
+
+
 def _cpu_speed(steps: Any, phases: Mapping[str, Any]) -> float:
     """Steps per CPU second of training (every phase but ``eval``), when every training phase recorded ``cpu_s``."""
-    training = [f for name, f in phases.items() if name != "eval" and isinstance(f, Mapping) and f.get("calls", 1)]
-    if steps is None or pd.isna(steps) or not training or any(not isinstance(f.get("cpu_s"), int | float) for f in training):
-        return float("nan")
-    cpu = sum(float(f["cpu_s"]) for f in training)
+    training = _training_phases(steps, phases, "cpu_s")
+    cpu = sum(float(f["cpu_s"]) for f in training) if training else 0.0
     return float(steps) / cpu if cpu > 0 else float("nan")
+
+
+def _unstarved_speed(steps: Any, phases: Mapping[str, Any]) -> float:
+    """Steps per unstarved wall second of training (``time_s - wait_s`` summed over every phase but ``eval``), when
+    every training phase recorded ``wait_s``."""
+    training = _training_phases(steps, phases, "time_s", "wait_s")
+    unstarved = sum(float(f["time_s"]) - float(f["wait_s"]) for f in training) if training else 0.0
+    return float(steps) / unstarved if unstarved > 0 else float("nan")
 
 
 def _int_or_none(value: Any) -> int | None:

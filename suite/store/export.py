@@ -3,8 +3,9 @@
 The trials export is flat where the data are flat, so pandas reads it without parsing anything: each trial's
 per-phase timing and memory (``record["phases"]``, :mod:`suite.memory_probe`) becomes one column per phase and
 field, ``<phase>_<field>`` (``rollout_rss_peak_mb``, ``update_rss_growth_mb``, ``setup_alloc_peak_mb``...), with the
-phase's seconds as ``<phase>_seconds`` and ``<phase>_cpu_seconds`` (not ``_time_s``: the trial's own
-``update_time_s`` is advantages + update, while ``update_seconds`` is the update phase alone) and its call count
+phase's seconds as ``<phase>_seconds``, ``<phase>_cpu_seconds`` and ``<phase>_wait_seconds`` (run-queue wait,
+:mod:`suite.schedstat`; not ``_time_s``: the trial's own ``update_time_s`` is advantages + update, while
+``update_seconds`` is the update phase alone) and its call count
 as ``<phase>_calls``; the trial-level scalars of ``record["metrics"]`` become ``metric_<name>``. Only what is
 nested by nature stays JSON text: ``env_kwargs``, ``config`` and ``provenance``.
 """
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 PHASE_ORDER: tuple[str, ...] = (SETUP, *PHASES)
 """Order of the per-phase column groups (a phase not listed here follows, sorted by name)."""
 
-PHASE_FIELD_NAMES: dict[str, str] = {"time_s": "seconds", "cpu_s": "cpu_seconds", "calls": "calls"}
+PHASE_FIELD_NAMES: dict[str, str] = {"time_s": "seconds", "cpu_s": "cpu_seconds", "wait_s": "wait_seconds", "calls": "calls"}
 """The first fields of each phase's columns, in this order, with their column names (``time_s`` renamed so that
 ``update_seconds`` cannot be read as the trial's ``update_time_s``); the other fields follow sorted by name."""
 
