@@ -628,8 +628,8 @@ def test_a_twice_as_long_update_is_slower(planted):
 
 
 def test_an_update_that_waits_is_slower_on_the_unstarved_wall_clock(planted):
-    # the update sleeps as long again as it ran: no CPU time, so the CPU clock says "same"; the unstarved wall clock
-    # (wall minus the run-queue wait) keeps the sleep and sees ~0.5-0.6x
+    # the update sleeps as long again as it computed: no CPU time, so the CPU clock says "same"; the unstarved wall
+    # clock (wall minus the run-queue wait) keeps the sleep and sees ~0.5-0.6x (the update is most of ppo's time)
     code, verdicts = _gate(planted, "wait-update-2x", [str(STUDIES / "regress-speed.toml")])
     for v in verdicts.values():
         assert v["returns"] == "identical" and v["speed_rule"] == "cpu + unstarved wall", v

@@ -11,10 +11,10 @@ loss), so it keeps working when the algorithms' internals are rewritten:
     every ``update`` phase takes twice as long: the test's plant, a slowdown that 2 repeats settle on a shared
     2-core machine (the 30% plant needs the gate's undecided repeats, up to 6: ``benchmarks/regress_targets.py``);
 ``wait-update``
-    every ``update`` phase takes 30% longer by *sleeping* after it (as code that waits on I/O, a lock or another
-    process would): no CPU time, so the CPU clock cannot see it; the unstarved wall clock must;
+    every ``update`` phase is followed by a sleep of 30% of its CPU time (as code that waits on I/O, a lock or
+    another process would): no CPU time, so the CPU clock cannot see it; the unstarved wall clock must;
 ``wait-update-2x``
-    every ``update`` phase sleeps as long again as it ran: the test's plant, like ``slow-update-2x``;
+    every ``update`` phase sleeps as long again as it computed: the test's plant, like ``slow-update-2x``;
 ``flipped-loss``
     PPO's loss with a flipped sign (the returns collapse);
 ``obs-copy``
@@ -39,15 +39,23 @@ from suite.regress.revisions import working_tree_files
 
 
 def _slow_update(extra: float, label: str, sleep: bool = False) -> tuple[str, str]:
-    """A plant that makes every ``update`` phase take ``extra`` (a fraction) longer, by a busy wait after it (or a
-    sleep: ``sleep=True``)."""
+    """A plant that makes every ``update`` phase take ``extra`` (a fraction) longer, by a busy wait after it, or by a
+    sleep (``sleep=True``) of ``extra`` times the phase's CPU time.
+
+    The busy wait runs until ``extra`` times the phase's wall time has passed; on a loaded machine it is starved as
+    the phase was, so it costs about ``extra`` times the phase's CPU time whatever the load. A sleep is never starved:
+    one as long as the phase's wall time would grow with the load (a phase that got a fifth of a CPU would sleep five
+    times its run time), so it is measured on the CPU clock instead.
+    """
     if sleep:
-        how, wait = "sleep, like code that waits", "time.sleep(max(until - time.perf_counter(), 0.0))"
+        how, clock = "sleep, like code that waits", "time.process_time()"
+        wait = f"time.sleep({extra!r} * (time.process_time() - started[1]))"
     else:
-        how = "busy wait, like slower code"
+        how, clock = "busy wait, like slower code", "time.perf_counter()"
         wait = (
-            "while time.perf_counter() < until:  # spin, not sleep: the plant costs CPU time as a slower update "
-            "would\n                continue"
+            f"until = time.perf_counter() + {extra!r} * (time.perf_counter() - started[1])\n"
+            "            while time.perf_counter() < until:  # spin, not sleep: the plant costs CPU time as a slower "
+            "update would\n                continue"
         )
     return (
         "suite/trial.py",
@@ -56,13 +64,12 @@ def _slow_update(extra: float, label: str, sleep: bool = False) -> tuple[str, st
 def _planted_slow_update(begin, end):
     def begin_phase(self, name):
         begin(self, name)
-        self._planted_t0 = (name, time.perf_counter())
+        self._planted_t0 = (name, {clock})
 
     def end_phase(self):
         started = getattr(self, "_planted_t0", None)
         self._planted_t0 = None
         if started is not None and started[0] == "update":
-            until = time.perf_counter() + {extra!r} * (time.perf_counter() - started[1])
             {wait}
         end(self)
 
