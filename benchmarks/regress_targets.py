@@ -95,9 +95,9 @@ def main() -> int:
                         help="run nothing: summarise --out's results.jsonl (a study stopped early)")  # fmt: skip
     args = parser.parse_args()
     if args.summarise:
-        frame = pd.read_json(args.out / "results.jsonl", lines=True)
+        frame = pd.read_json(args.out / "results.jsonl", lines=True, convert_dates=False)
         summarise(frame, args.out)
-        context = {k: str(frame[k].iloc[0]) for k in ("commit", "machine", "command")}
+        context = {k: str(frame[k].iloc[0]) for k in ("commit", "machine", "command")} | {"date": str(frame["date"].max())}
         evidence_rows.append_rows(args.csv, evidence(frame, context))
         return 0 if bool(frame["caught"].all()) else 1
     # the gate runs in the throwaway repository: every path the user gave is read from here
