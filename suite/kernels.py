@@ -24,7 +24,8 @@ What each variable pins:
 
 The record's provenance has a ``kernels`` block read back from the libraries inside the trial process
 (:func:`read_back`), so what ran is recorded, not what was asked. A process not set up for portable kernels refuses a
-portable trial (:func:`check_process`). docs/kernels.md has what stays machine-dependent and the speed of each mode.
+portable trial (:func:`check_process`), and so does an x86-64 CPU without the baseline, AVX2 and FMA
+(:func:`check_cpu`). docs/kernels.md has what stays machine-dependent and the speed of each mode.
 """
 
 from __future__ import annotations
@@ -118,10 +119,47 @@ def _numpy_disable() -> str:
     return " ".join(name for name in _numpy_dispatch() if name in NUMPY_AVX512)
 
 
+BASELINE = {"AVX2": "AVX2", "FMA3": "FMA"}
+"""The CPU features of the portable baseline (numpy's name -> the usual one). Every library is held to kernels that
+need them, and glibc's libm takes its FMA variants of ``exp``, ``log``, ``pow``, ``sin``... only where both exist, so a
+CPU without them computes other bits, and OpenBLAS's Haswell kernels stop numpy with an illegal instruction there."""
+
+
+def missing_baseline() -> list[str]:
+    """The features of :data:`BASELINE` this x86-64 CPU lacks (numpy's CPUID reading), e.g. ``["AVX2", "FMA"]``;
+    empty where it has them all, and on other architectures (docs/kernels.md: the variables change nothing there)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    features = _numpy_features()
+    return [name for feature, name in BASELINE.items() if not features.get(feature)]
+
+
+def check_cpu() -> None:
+    """Refuse the portable mode on an x86-64 CPU without its baseline.
+
+    Raises:
+        UserError: the CPU lacks AVX2 or FMA (one line, saying which and what to do).
+    """
+    missing = missing_baseline()
+    if missing:
+        raise UserError(
+            f"this CPU lacks {' and '.join(missing)}, the baseline of portable kernels, so it cannot give a portable "
+            "trial the bits other machines give; run portable trials on an x86-64 CPU with AVX2 and FMA, or use "
+            "--kernels native here"
+        )
+
+
 def environ(mode: str) -> dict[str, str]:
-    """The variables a process of ``mode`` is started with (native: none; its libraries choose)."""
+    """The variables a process of ``mode`` is started with (native: none; its libraries choose).
+
+    Raises:
+        UserError: portable on an x86-64 CPU without the baseline (:func:`check_cpu`).
+    """
     if check_mode(mode) == "native":
         return {}
+    check_cpu()
     out = dict(PORTABLE_ENV)
     disable = _numpy_disable()
     if disable:
@@ -266,10 +304,11 @@ def check_process(mode: str) -> None:
 
     Raises:
         UserError: a portable trial in a process whose libraries were loaded otherwise (one line, saying what is
-            off and how portable trials are run).
+            off and how portable trials are run), or on a CPU without the baseline (:func:`check_cpu`).
     """
     if check_mode(mode) != "portable":
         return
+    check_cpu()
     gaps = _portable_gaps(read_back())
     if gaps:
         raise UserError(

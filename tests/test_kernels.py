@@ -90,6 +90,30 @@ def test_a_process_set_up_otherwise_refuses_a_portable_trial():
     assert "ATEN_CPU_CAPABILITY=unset (portable: avx2)" in message
 
 
+@pytest.mark.parametrize("lacks", [("AVX2",), ("FMA3",), ("AVX2", "FMA3")])
+def test_a_cpu_without_avx2_and_fma_refuses_portable_kernels_in_one_line(monkeypatch, lacks):
+    """The CPU's features as numpy reads them, with the baseline's taken away: a portable mode there could not give
+    the bits of other machines (and OpenBLAS's Haswell kernels kill numpy's import with SIGILL on such a CPU)."""
+    import platform
+
+    features = kernels._numpy_features()
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(kernels, "_numpy_features", lambda: {**features, **dict.fromkeys(lacks, False)})
+    said = " and ".join(kernels.BASELINE[f] for f in lacks)
+    assert kernels.missing_baseline() == [kernels.BASELINE[f] for f in lacks]
+    for refuse in (lambda: kernels.environ("portable"), lambda: kernels.check_process("portable"),
+                   lambda: run_trials([tiny(kernels="portable").resolve()], save=lambda r: None, workers=1,
+                                      show_progress=False)):  # fmt: skip
+        with pytest.raises(UserError) as err:
+            refuse()
+        assert str(err.value).startswith(f"this CPU lacks {said}, the baseline of portable kernels")
+        assert "\n" not in str(err.value) and str(err.value).endswith("or use --kernels native here")
+    assert kernels.environ("native") == {}
+    kernels.check_process("native")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")  # another architecture: nothing to hold (docs)
+    assert kernels.missing_baseline() == []
+
+
 def _read_back_in_fresh_process(env: dict[str, str]) -> dict[str, Any]:
     code = "import json, torch, numpy, suite.kernels as k; print(json.dumps(k.read_back()))"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, check=True)
@@ -266,6 +290,43 @@ def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu
     with capsys.disabled():
         print(f"\n{algo} {env} under {QEMU} -cpu Haswell-v4: final return {row['final_return']}")
     assert hashes.compare([committed[algo, env]], [row]) == []
+
+
+def _battery() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("libm_battery", REPO / "benchmarks" / "libm_battery.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+def test_python_libm_and_numpy_ufuncs_give_the_committed_bits_here_and_on_an_emulated_haswell(capsys):
+    """The libm/numpy battery (benchmarks/libm_battery.py: Python's ``math`` and numpy's float64/float32 ufuncs, over
+    the envs' and algorithms' ranges and hard cases) in portable mode, hashed per function: this machine and
+    ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, FMA) give the committed hashes of every function."""
+    import shutil
+
+    if shutil.which(QEMU) is None:
+        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    battery = _battery()
+    committed = json.loads(battery.HASHES.read_text())
+    env = {**os.environ, **kernels.environ("portable")}
+    script = str(REPO / "benchmarks" / "libm_battery.py")
+    verdicts = {}
+    here = [sys.executable, script, "--check"]
+    for where, argv in (("this machine", here), (f"{QEMU} -cpu Haswell-v4", [QEMU, "-cpu", "Haswell-v4", *here])):
+        out = subprocess.run(argv, env=env, capture_output=True, text=True)
+        verdicts[where] = json.loads(out.stdout.strip().splitlines()[-1])
+        assert out.returncode in (0, 1), out.stderr
+    with capsys.disabled():
+        print(f"\nlibm battery made on {committed['cpu']['model']} ({committed['libc']}), replayed on "
+              f"{_hash_set_module().cpu()['model']} ({battery.libm()}) and under {QEMU} -cpu Haswell-v4")  # fmt: skip
+    for where, verdict in verdicts.items():
+        assert verdict == {"functions": len(committed["hashes"]), "differ": []}, where
+    assert len(committed["hashes"]) == 70 and min(committed["inputs_per_function"].values()) >= 20_000
 
 
 def test_a_claim_table_says_its_mode(tmp_path):
