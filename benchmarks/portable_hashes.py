@@ -10,6 +10,7 @@ the parameter hash over the saved policy) and writes ``results/portable/hashes.j
     python benchmarks/portable_hashes.py --check          # replay here and compare with the committed set
     python benchmarks/portable_hashes.py --kernels native --out /tmp/native.json   # the same trials, native
     qemu-x86_64 -cpu Haswell-v4 python benchmarks/portable_hashes.py --in-process ppo CartPole-v1   # one, emulated
+    python benchmarks/portable_hashes.py --study results/portable/study-sb3.toml --out results/portable/hashes-sb3.json
 
 ``--in-process`` runs one trial of the set in this very process (no forkserver: under ``qemu-user`` a child that
 execs runs natively, not emulated), which must have been started with the portable variables, and prints its row as
@@ -120,13 +121,14 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, default=HASHES, help=f"where to write (default {HASHES.relative_to(REPO)})")
     ap.add_argument("--in-process", nargs=2, metavar=("ALGO", "ENV"), help="run one trial of the set here, print its row")
+    ap.add_argument("--study", type=Path, default=STUDY, help=f"the set's study (default {STUDY.relative_to(REPO)})")
     args = ap.parse_args()
     if args.in_process:
         with tempfile.TemporaryDirectory(prefix="portable-hashes-") as tmp:
-            print(json.dumps(run_in_process(*args.in_process, Path(tmp))))
+            print(json.dumps(run_in_process(*args.in_process, Path(tmp), args.study)))
         return 0
     with tempfile.TemporaryDirectory(prefix="portable-hashes-") as tmp:
-        rows = run_set(Path(tmp), args.kernels, args.workers)
+        rows = run_set(Path(tmp), args.kernels, args.workers, args.study)
     if args.check:
         committed = json.loads(HASHES.read_text())
         diffs = compare(committed["trials"], rows)
@@ -135,12 +137,18 @@ def main() -> int:
         return 1 if diffs else 0
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     payload = {
-        "study": str(STUDY.relative_to(REPO)),
+        "study": str(args.study.resolve().relative_to(REPO)),
         "kernels": args.kernels,
         "cpu": cpu(),
         "commit": commit,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python benchmarks/portable_hashes.py" + ("" if args.kernels == "portable" else " --kernels native"),
+        "command": "python benchmarks/portable_hashes.py"
+        + (
+            ""
+            if args.study.resolve() == STUDY
+            else f" --study {args.study.resolve().relative_to(REPO)} --out {args.out.resolve().relative_to(REPO)}"
+        )
+        + ("" if args.kernels == "portable" else " --kernels native"),
         "trials": rows,
     }
     args.out.write_text(json.dumps(payload, indent=1) + "\n")

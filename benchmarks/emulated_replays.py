@@ -1,0 +1,135 @@
+"""Replay every trial of the portable hash set on an emulated CPU (issue 57), one trial at a time, resumable.
+
+``tests/test_kernels.py`` replays only a cheap subset under ``qemu-user`` (emulating one trial takes minutes). This
+script replays all of ``results/portable/hashes.json`` (and ``hashes-sb3.json``) under ``qemu-x86_64 -cpu CPU``, each
+trial in its own emulated process (``benchmarks/portable_hashes.py --in-process``, started with the portable
+variables), and appends one JSON line per trial to ``results/portable/emulated-replays.jsonl``: the key, the hashes
+made and replayed, whether they are equal, the seconds it took and the command. A trial already in the file (same
+key, same emulated CPU) is skipped, so an interrupted run resumes where it stopped.
+
+    nohup nice -n 10 python benchmarks/emulated_replays.py > /tmp/replays.log 2>&1 &
+    python benchmarks/emulated_replays.py --cpu Haswell-v4 --summary        # what the file holds
+
+The caveat stays: QEMU computes ``rcpps``/``rsqrtps`` exactly where a real CPU approximates, so an equal replay
+proves the code paths that avoid those instructions, not every real AVX2 CPU (docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+OUT = REPO / "results" / "portable" / "emulated-replays.jsonl"
+SETS = (REPO / "results" / "portable" / "hashes.json", REPO / "results" / "portable" / "hashes-sb3.json")
+ENV_COST = {"CartPole-v1": 0, "TextMatch-v0": 1, "LunarLander-v3": 2, "Hopper-v5": 3, "ALE/Pong-v5": 4}
+"""Order of the replays: the cheapest envs under emulation first, so an interrupted run has covered the most trials."""
+
+
+def trials(sets: tuple[Path, ...] = SETS) -> list[tuple[Path, dict[str, Any]]]:
+    """Every trial of the committed hash sets, cheapest env first, with the set file it comes from."""
+    out = []
+    for path in sets:
+        if path.exists():
+            data = json.loads(path.read_text())
+            out += [(path, t) for t in data["trials"]]
+    return sorted(out, key=lambda pt: (ENV_COST.get(pt[1]["env_label"], 9), pt[1]["algo"]))
+
+
+def done(cpu: str) -> set[str]:
+    if not OUT.exists():
+        return set()
+    return {r["key"] for r in map(json.loads, OUT.read_text().splitlines()) if r.get("emulated_cpu") == cpu}
+
+
+def replay(path: Path, trial: dict[str, Any], cpu: str) -> dict[str, Any]:
+    from suite import kernels
+
+    data = json.loads(path.read_text())
+    study = REPO / data["study"]
+    argv = ["qemu-x86_64", "-cpu", cpu, sys.executable, str(HERE / "portable_hashes.py"), "--study", str(study),
+            "--in-process", trial["algo"], trial["env_label"]]  # fmt: skip
+    started = time.monotonic()
+    out = subprocess.run(argv, env={**os.environ, **kernels.environ("portable")}, capture_output=True, text=True,
+                         cwd=REPO)  # fmt: skip
+    seconds = round(time.monotonic() - started, 1)
+    row: dict[str, Any] = {
+        "algo": trial["algo"],
+        "env_label": trial["env_label"],
+        "key": trial["key"],
+        "emulated_cpu": cpu,
+        "made_result_hash": trial["result_hash"],
+        "made_param_hash": trial["param_hash"],
+    }
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        row.update(replayed_result_hash=None, replayed_param_hash=None, equal=False, error=tail)
+    else:
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        row.update(
+            replayed_result_hash=got["result_hash"],
+            replayed_param_hash=got["param_hash"],
+            final_return=got["final_return"],
+            equal=(got["result_hash"], got["param_hash"]) == (trial["result_hash"], trial["param_hash"]),
+        )
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    row.update(
+        seconds=seconds,
+        set=str(path.relative_to(REPO)),
+        commit=commit.stdout.strip(),
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        command=" ".join(
+            [
+                "qemu-x86_64",
+                "-cpu",
+                cpu,
+                "python",
+                "benchmarks/portable_hashes.py",
+                "--study",
+                str(study.relative_to(REPO)),
+                "--in-process",
+                trial["algo"],
+                trial["env_label"],
+            ]
+        ),  # fmt: skip
+    )
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu", default="Haswell-v4", help="the CPU qemu emulates (default Haswell-v4: Intel, AVX2, FMA)")
+    ap.add_argument("--summary", action="store_true", help="print what the results file holds for --cpu and stop")
+    ap.add_argument("--only", type=Path, action="append", help="replay only this set file (repeatable)")
+    args = ap.parse_args()
+    if args.summary:
+        rows = [r for r in map(json.loads, OUT.read_text().splitlines()) if r.get("emulated_cpu") == args.cpu]
+        total = len(trials())
+        equal = sum(r["equal"] for r in rows)
+        print(f"{len(rows)} of {total} trials replayed under qemu -cpu {args.cpu}: {equal} equal")
+        for r in rows:
+            if not r["equal"]:
+                print(f"  differs: {r['algo']} {r['env_label']} {r.get('error', '')}")
+        return 0
+    for path, trial in trials(tuple(p.resolve() for p in args.only) if args.only else SETS):
+        if trial["key"] in done(args.cpu):
+            continue
+        row = replay(path, trial, args.cpu)
+        with OUT.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(f"{row['algo']} {row['env_label']}: {'equal' if row['equal'] else 'DIFFERS'} ({row['seconds']} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
