@@ -249,9 +249,15 @@ def _hash_set_module() -> Any:
     return module
 
 
-def test_the_committed_portable_set_replays_bit_for_bit_on_this_machine(tmp_path, capsys):
+SB3_SET = (REPO / "results" / "portable" / "hashes-sb3.json", REPO / "results" / "portable" / "study-sb3.toml")
+"""sb3-a2c, sb3-dqn, sb3-sac and sb3-td3: the hash set's second part, made by ``benchmarks/portable_hashes.py --study``."""
+
+
+@pytest.mark.parametrize("part", ["main", "sb3"])
+def test_the_committed_portable_set_replays_bit_for_bit_on_this_machine(tmp_path, capsys, part):
     hashes = _hash_set_module()
-    committed = json.loads(hashes.HASHES.read_text())
+    path, study = (hashes.HASHES, hashes.STUDY) if part == "main" else SB3_SET
+    committed = json.loads(path.read_text())
     made, here = committed["cpu"], hashes.cpu()
     new = [made[k] for k in ("model", "family", "model_number", "flags")] != [
         here[k] for k in ("model", "family", "model_number", "flags")
@@ -261,7 +267,7 @@ def test_the_committed_portable_set_replays_bit_for_bit_on_this_machine(tmp_path
             print(f"\n{what}: {cpu['model']} (family {cpu['family']} model {cpu['model_number']}; "
                   f"{' '.join(cpu['flags'])}; torch native {cpu['native_capability']})", end="")  # fmt: skip
         print("  <- a CPU this set was not made on" if new else "")
-    rows = hashes.run_set(tmp_path, "portable", workers=2)
+    rows = hashes.run_set(tmp_path, "portable", workers=2, study=study)
     assert {r["key"] for r in rows} == {r["key"] for r in committed["trials"]}  # the keys are machine-independent
     assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
     assert hashes.compare(committed["trials"], rows) == []
@@ -290,6 +296,43 @@ def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu
     with capsys.disabled():
         print(f"\n{algo} {env} under {QEMU} -cpu Haswell-v4: final return {row['final_return']}")
     assert hashes.compare([committed[algo, env]], [row]) == []
+
+
+def test_portable_sb3_rmsprop_steps_as_torchs_with_an_exactly_rounded_square_root(monkeypatch):
+    """sb3-a2c's optimizer in portable trials (suite.algorithms.sb3.registration.hold_rmsprop): with torch's own
+    square root put back it gives torch's RMSprop and SB3's RMSpropTFLike bits in every variant, and numpy's gives
+    other bits (torch's float sqrt is not correctly rounded: docs/kernels.md), the correctly rounded ones."""
+    import numpy as np
+    import torch
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    from suite.algorithms.sb3 import registration
+
+    held, held_tf = registration._held_classes()
+
+    def steps(base: Any, swap: Any, **kw: Any) -> bytes:
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(4096, generator=g, requires_grad=True)
+        opt = base([w], lr=7e-4, alpha=0.99, eps=1e-5, **kw)
+        if swap is not None:
+            opt.__class__ = swap
+        for _ in range(3):
+            opt.zero_grad()
+            (w * torch.randn(4096, generator=g)).sum().backward()
+            opt.step()
+        return w.detach().numpy().tobytes()
+
+    variants = ({}, {"momentum": 0.9}, {"centered": True}, {"weight_decay": 0.01})
+    exact = {i: steps(torch.optim.RMSprop, held, **kw) for i, kw in enumerate(variants)}
+    monkeypatch.setattr(registration, "exact_sqrt", lambda t: t.sqrt())
+    for i, kw in enumerate(variants):
+        assert steps(torch.optim.RMSprop, held, **kw) == steps(torch.optim.RMSprop, None, **kw), kw
+        assert steps(RMSpropTFLike, held_tf, **kw) == steps(RMSpropTFLike, None, **kw), kw
+        assert exact[i] != steps(torch.optim.RMSprop, None, **kw), kw
+    monkeypatch.undo()
+    x = torch.rand(65536, generator=torch.Generator().manual_seed(1)) * 4
+    rounded = np.sqrt(x.numpy().astype(np.float64)).astype(np.float32)
+    assert np.array_equal(registration.exact_sqrt(x).numpy(), rounded)
 
 
 def _battery() -> Any:

@@ -38,7 +38,10 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
     model = flavour.sb3_cls(cfg.policy, venv, verbose=0, device="cpu", **sb3_kwargs(flavour, cfg, venv.action_space))
     model.set_logger(Logger(folder=None, output_formats=[]))  # values are read by TrialCallback, nothing printed
     if getattr(ctx.resolved.spec, "kernels", "native") == "portable":
-        ctx.record_metric("sb3_fused_adam", fuse_adam(model.policy))
+        ctx.record_metric("sb3_fused_adam", fuse_adam(model.policy, getattr(model, "ent_coef_optimizer", None)))
+        held = hold_rmsprop(model.policy)
+        if held:  # only where there is one (sb3-a2c): the other sb3-* records stay as they were
+            ctx.record_metric("sb3_held_rmsprop", held)
     agent = SB3Agent(model.policy, venv.observation_space.shape or (), cfg.normalize)
     if isinstance(venv, VecNormalize):
         agent.attach(venv)
@@ -57,23 +60,157 @@ def train_sb3(algo: str, ctx: TrialContext, cfg: Any) -> SB3Agent:
     return agent
 
 
-def fuse_adam(policy: Any) -> int:
-    """Make every Adam optimizer of ``policy`` step with torch's fused CPU kernel (same algorithm, betas and eps), before
-    its first step; return how many. For portable trials only (:mod:`suite.kernels`): torch's default (foreach) Adam
-    takes ``exp_avg_sq.sqrt()`` through MKL's VML ``vsSqrt``, which is not correctly rounded and which no MKL variable
-    holds, so its last bits follow the CPU's vector width; the fused kernel runs on ATen's held vector code, whose
-    square root is IEEE-exact. Native trials keep SB3's optimizer untouched (their bits and keys)."""
+def fuse_adam(policy: Any, *more: Any) -> int:
+    """Make every Adam optimizer of ``policy`` (and ``more`` optimizers, e.g. SAC's entropy coefficient's, which is
+    the model's, not the policy's) step with torch's fused CPU kernel (same algorithm, betas and eps), before its
+    first step; return how many. For portable trials only (:mod:`suite.kernels`): torch's default (foreach) Adam
+    takes ``exp_avg_sq.sqrt()`` through torch's float square root, which is not correctly rounded and which no kernel
+    variable holds, so its last bits follow the CPU; the fused kernel runs on ATen's held vector code, whose square
+    root is IEEE-exact. Native trials keep SB3's optimizer untouched (their bits and keys)."""
     import torch
 
     fused = 0
-    for module in policy.modules():
-        optimizer = getattr(module, "optimizer", None)
+    optimizers = [getattr(module, "optimizer", None) for module in policy.modules()] + list(more)
+    for optimizer in optimizers:
         if type(optimizer) is torch.optim.Adam and not optimizer.state:
             for group in optimizer.param_groups:
                 group["fused"], group["foreach"] = True, False
             optimizer.defaults["fused"], optimizer.defaults["foreach"] = True, False
             fused += 1
     return fused
+
+
+def hold_rmsprop(policy: Any) -> int:
+    """Make every RMSprop optimizer of ``policy`` (torch's, SB3's default for A2C, and SB3's ``RMSpropTFLike``, the
+    zoo's for Atari) take its square root with numpy, before its first step; return how many. For portable trials
+    only: torch's float ``sqrt`` (also ``_foreach_sqrt`` and ``pow(x, 0.5)``) is not correctly rounded (12,861 of
+    65,536 floats off numpy's on one host) and gives other bits on another CPU even with the portable variables, and
+    torch has no fused RMSprop; numpy's ``sqrt`` is the IEEE one of every x86-64 CPU. Everything else is torch's own
+    step, operation for operation (:class:`HeldRMSprop`, :class:`HeldRMSpropTFLike`)."""
+    import torch
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    held = 0
+    for module in policy.modules():
+        optimizer = getattr(module, "optimizer", None)
+        if optimizer is None or optimizer.state:
+            continue
+        if type(optimizer) is torch.optim.RMSprop:
+            optimizer.__class__ = _held_classes()[0]
+        elif type(optimizer) is RMSpropTFLike:
+            optimizer.__class__ = _held_classes()[1]
+        else:
+            continue
+        held += 1
+    return held
+
+
+def exact_sqrt(t: Any) -> Any:
+    """The square root of float tensor ``t`` correctly rounded on every CPU (numpy's IEEE ``sqrt``), as a new tensor."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.sqrt(t.detach().numpy()))
+
+
+@functools.cache
+def _held_classes() -> tuple[type, type]:
+    """:class:`HeldRMSprop` and :class:`HeldRMSpropTFLike`, built when first needed (torch and SB3 load with the
+    sb3-* trials, not with the registry)."""
+    import torch
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    class HeldRMSprop(torch.optim.RMSprop):
+        """torch's single-tensor RMSprop step (``square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)``,
+        ``avg = square_avg.sqrt().add_(eps)``, ``param.addcdiv_(grad, avg, value=-lr)``, bit for bit the foreach
+        path on one CPU) with the square root of :func:`exact_sqrt`; momentum and centred variants as torch's."""
+
+        @torch.no_grad()
+        def step(self, closure: Any = None) -> Any:
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            for group in self.param_groups:
+                if group.get("maximize") or group.get("differentiable"):
+                    raise ValueError("HeldRMSprop: maximize/differentiable are not supported")
+                alpha, eps, lr, momentum = group["alpha"], group["eps"], group["lr"], group["momentum"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    grad = p.grad
+                    state = self.state[p]
+                    if not state:
+                        state["step"] = torch.tensor(0.0)
+                        state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        if momentum > 0:
+                            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        if group["centered"]:
+                            state["grad_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["step"] += 1
+                    if group["weight_decay"] != 0:
+                        grad = grad.add(p, alpha=group["weight_decay"])
+                    square_avg = state["square_avg"]
+                    square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                    if group["centered"]:
+                        grad_avg = state["grad_avg"]
+                        grad_avg.lerp_(grad, 1 - alpha)
+                        avg = exact_sqrt(square_avg.addcmul(grad_avg, grad_avg, value=-1))
+                    else:
+                        avg = exact_sqrt(square_avg)
+                    avg = avg.add_(eps)
+                    if momentum > 0:
+                        buf = state["momentum_buffer"]
+                        buf.mul_(momentum).addcdiv_(grad, avg)
+                        p.add_(buf, alpha=-lr)
+                    else:
+                        p.addcdiv_(grad, avg, value=-lr)
+            return loss
+
+    class HeldRMSpropTFLike(RMSpropTFLike):
+        """SB3's ``RMSpropTFLike`` step (epsilon inside the square root, square average started at ones) with the
+        square root of :func:`exact_sqrt`."""
+
+        @torch.no_grad()
+        def step(self, closure: Any = None) -> Any:
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            for group in self.param_groups:
+                alpha, eps, lr, momentum = group["alpha"], group["eps"], group["lr"], group["momentum"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    grad = p.grad
+                    state = self.state[p]
+                    if not state:
+                        state["step"] = 0
+                        state["square_avg"] = torch.ones_like(p, memory_format=torch.preserve_format)
+                        if momentum > 0:
+                            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        if group["centered"]:
+                            state["grad_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["step"] += 1
+                    if group["weight_decay"] != 0:
+                        grad = grad.add(p, alpha=group["weight_decay"])
+                    square_avg = state["square_avg"]
+                    square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                    if group["centered"]:
+                        grad_avg = state["grad_avg"]
+                        grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
+                        avg = exact_sqrt(square_avg.addcmul(grad_avg, grad_avg, value=-1).add_(eps))
+                    else:
+                        avg = exact_sqrt(square_avg.add(eps))
+                    if momentum > 0:
+                        buf = state["momentum_buffer"]
+                        buf.mul_(momentum).addcdiv_(grad, avg)
+                        p.add_(buf, alpha=-lr)
+                    else:
+                        p.addcdiv_(grad, avg, value=-lr)
+            return loss
+
+    return HeldRMSprop, HeldRMSpropTFLike
 
 
 SB3_IMPORTS = (
