@@ -4,8 +4,8 @@
 script replays all of ``results/portable/hashes.json`` (and ``hashes-sb3.json``) under ``qemu-x86_64 -cpu CPU``, each
 trial in its own emulated process (``benchmarks/portable_hashes.py --in-process``, started with the portable
 variables), and appends one JSON line per trial to ``results/portable/emulated-replays.jsonl``: the key, the hashes
-made and replayed, whether they are equal, the seconds it took and the command. A trial already in the file (same
-key, same emulated CPU) is skipped, so an interrupted run resumes where it stopped.
+made and replayed, whether they are equal, the seconds it took, the load at its end and the command. A trial already
+in the file (same key, same emulated CPU) is skipped, so an interrupted run resumes where it stopped.
 
     nohup nice -n 10 python benchmarks/emulated_replays.py > /tmp/replays.log 2>&1 &
     python benchmarks/emulated_replays.py --cpu Haswell-v4 --summary        # what the file holds
@@ -46,10 +46,21 @@ def trials(sets: tuple[Path, ...] = SETS) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(out, key=lambda pt: (ENV_COST.get(pt[1]["env_label"], 9), pt[1]["algo"]))
 
 
-def done(cpu: str) -> set[str]:
+def latest(cpu: str) -> dict[str, dict[str, Any]]:
+    """The last line of each trial replayed under ``cpu`` (a replay that stopped with an error is run again, and its
+    line stays in the file)."""
     if not OUT.exists():
-        return set()
-    return {r["key"] for r in map(json.loads, OUT.read_text().splitlines()) if r.get("emulated_cpu") == cpu}
+        return {}
+    return {r["key"]: r for r in map(json.loads, OUT.read_text().splitlines()) if r.get("emulated_cpu") == cpu}
+
+
+def done(cpu: str) -> set[str]:
+    """Trials whose replay under ``cpu`` ran to the end (equal or not)."""
+    return {
+        key
+        for key, r in latest(cpu).items()
+        if r.get("replayed_status", "ok") == "ok" and r.get("replayed_param_hash") and not r.get("error")
+    }
 
 
 def replay(path: Path, trial: dict[str, Any], cpu: str) -> dict[str, Any]:
@@ -77,14 +88,18 @@ def replay(path: Path, trial: dict[str, Any], cpu: str) -> dict[str, Any]:
     else:
         got = json.loads(out.stdout.strip().splitlines()[-1])
         row.update(
+            replayed_status=got["status"],
             replayed_result_hash=got["result_hash"],
             replayed_param_hash=got["param_hash"],
             final_return=got["final_return"],
             equal=(got["result_hash"], got["param_hash"]) == (trial["result_hash"], trial["param_hash"]),
         )
+        if got.get("error"):
+            row["error"] = got["error"]
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
     row.update(
         seconds=seconds,
+        load=round(os.getloadavg()[0], 1),
         set=str(path.relative_to(REPO)),
         commit=commit.stdout.strip(),
         date=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -111,9 +126,10 @@ def main() -> int:
     ap.add_argument("--cpu", default="Haswell-v4", help="the CPU qemu emulates (default Haswell-v4: Intel, AVX2, FMA)")
     ap.add_argument("--summary", action="store_true", help="print what the results file holds for --cpu and stop")
     ap.add_argument("--only", type=Path, action="append", help="replay only this set file (repeatable)")
+    ap.add_argument("--trial", nargs=2, metavar=("ALGO", "ENV"), help="replay only this trial of the sets")
     args = ap.parse_args()
     if args.summary:
-        rows = [r for r in map(json.loads, OUT.read_text().splitlines()) if r.get("emulated_cpu") == args.cpu]
+        rows = list(latest(args.cpu).values())
         total = len(trials())
         equal = sum(r["equal"] for r in rows)
         print(f"{len(rows)} of {total} trials replayed under qemu -cpu {args.cpu}: {equal} equal")
@@ -122,7 +138,7 @@ def main() -> int:
                 print(f"  differs: {r['algo']} {r['env_label']} {r.get('error', '')}")
         return 0
     for path, trial in trials(tuple(p.resolve() for p in args.only) if args.only else SETS):
-        if trial["key"] in done(args.cpu):
+        if trial["key"] in done(args.cpu) or (args.trial and [trial["algo"], trial["env_label"]] != args.trial):
             continue
         row = replay(path, trial, args.cpu)
         with OUT.open("a") as fh:

@@ -95,6 +95,8 @@ def run_in_process(algo: str, env: str, folder: Path, study: Path = STUDY) -> di
         store.save_trial(record)
     row = load_slot(folder / "suite.db", "set", 0).iloc[0].to_dict()
     out = {k: row[k] for k in FIELDS}
+    if out["status"] != "ok":  # what stopped it, for the emulated replays' record
+        out["error"] = str(record.get("error") or record.get("failure_kind") or "")[-500:]
     out["steps"], out["final_return"] = int(out["steps"]), float(out["final_return"])
     return out
 
