@@ -20,7 +20,8 @@ SUITE = Path(__file__).resolve().parent.parent / "suite"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("suite", "suite.errors", "suite.config", "suite.context", "suite.seeding", "suite.loading", "suite.interrupts",
      "suite.provenance", "suite.textmatch", "suite.kernels"),
-    ("suite.envs", "suite.store", "suite.stats", "suite.memory_probe", "suite.throughput"),
+    ("suite.envs", "suite.store", "suite.stats", "suite.memory_probe", "suite.throughput",
+     "suite.schedstat"),
     ("suite.registry",),
     ("suite.algorithms", "suite.accel"),
     ("suite.plugins",),

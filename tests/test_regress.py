@@ -628,12 +628,14 @@ def test_a_twice_as_long_update_is_slower(planted):
 
 
 def test_an_update_that_waits_is_slower_on_the_unstarved_wall_clock(planted):
-    # the update sleeps as long again as it computed: no CPU time, so the CPU clock says "same"; the unstarved wall
-    # clock (wall minus the run-queue wait) keeps the sleep and sees ~0.5-0.6x (the update is most of ppo's time)
+    # the update sleeps as long again as it computed: the sleep itself takes no CPU time, though the computation after
+    # it may run on colder caches (on a quiet machine the CPU clock has read 0.80-0.94x); the unstarved wall clock
+    # (wall minus the run-queue wait) keeps the sleep and sees ~0.45-0.6x (the update is most of ppo's time): far
+    # beyond what the CPU clock sees, whatever the load
     code, verdicts = _gate(planted, "wait-update-2x", [str(STUDIES / "regress-speed.toml")])
     for v in verdicts.values():
         assert v["returns"] == "identical" and v["speed_rule"] == "cpu + unstarved wall", v
-        assert v["cpu_speed_verdict"] != "slower" and v["cpu_speed_hi"] > 1 / 1.1, v  # invisible to the CPU clock
+        assert v["unstarved_speed_hi"] < v["cpu_speed_lo"], v  # the wait is seen by the unstarved clock alone
         assert v["unstarved_speed_verdict"] == "slower" and 0.3 < v["unstarved_speed_ratio"] < 0.85, v
         assert v["speed_verdict"] == "slower" and v["verdict"].startswith("FAIL"), v
     assert code == 1
