@@ -120,10 +120,23 @@ def _held_classes() -> tuple[type, type]:
     import torch
     from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 
-    class HeldRMSprop(torch.optim.RMSprop):
-        """torch's single-tensor RMSprop step (``square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)``,
-        ``avg = square_avg.sqrt().add_(eps)``, ``param.addcdiv_(grad, avg, value=-lr)``, bit for bit the foreach
-        path on one CPU) with the square root of :func:`exact_sqrt`; momentum and centred variants as torch's."""
+    class HeldStep:
+        """The RMSprop step both optimizers share (torch's single-tensor step: ``square_avg.mul_(alpha).addcmul_(grad,
+        grad, value=1 - alpha)``, then ``param.addcdiv_(grad, avg, value=-lr)`` or through the momentum buffer, bit
+        for bit the foreach path on one CPU), with the square root of :func:`exact_sqrt`. What differs between torch's
+        and SB3's is in the hooks: the first step's state, the centred running mean, and where epsilon goes."""
+
+        state: Any
+        param_groups: list[dict[str, Any]]
+
+        def first_state(self, p: Any) -> dict[str, Any]:
+            raise NotImplementedError  # each optimizer below says how its state starts
+
+        def update_grad_avg(self, grad_avg: Any, grad: Any, alpha: float) -> None:
+            raise NotImplementedError
+
+        def denominator(self, square_avg: Any, grad_avg: Any | None, eps: float) -> Any:
+            raise NotImplementedError
 
         @torch.no_grad()
         def step(self, closure: Any = None) -> Any:
@@ -133,7 +146,7 @@ def _held_classes() -> tuple[type, type]:
                     loss = closure()
             for group in self.param_groups:
                 if group.get("maximize") or group.get("differentiable"):
-                    raise ValueError("HeldRMSprop: maximize/differentiable are not supported")
+                    raise ValueError(f"{type(self).__name__}: maximize/differentiable are not supported")
                 alpha, eps, lr, momentum = group["alpha"], group["eps"], group["lr"], group["momentum"]
                 for p in group["params"]:
                     if p.grad is None:
@@ -141,8 +154,7 @@ def _held_classes() -> tuple[type, type]:
                     grad = p.grad
                     state = self.state[p]
                     if not state:
-                        state["step"] = torch.tensor(0.0)
-                        state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state.update(self.first_state(p))
                         if momentum > 0:
                             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                         if group["centered"]:
@@ -152,13 +164,11 @@ def _held_classes() -> tuple[type, type]:
                         grad = grad.add(p, alpha=group["weight_decay"])
                     square_avg = state["square_avg"]
                     square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                    grad_avg = None
                     if group["centered"]:
                         grad_avg = state["grad_avg"]
-                        grad_avg.lerp_(grad, 1 - alpha)
-                        avg = exact_sqrt(square_avg.addcmul(grad_avg, grad_avg, value=-1))
-                    else:
-                        avg = exact_sqrt(square_avg)
-                    avg = avg.add_(eps)
+                        self.update_grad_avg(grad_avg, grad, alpha)
+                    avg = self.denominator(square_avg, grad_avg, eps)
                     if momentum > 0:
                         buf = state["momentum_buffer"]
                         buf.mul_(momentum).addcdiv_(grad, avg)
@@ -167,48 +177,32 @@ def _held_classes() -> tuple[type, type]:
                         p.addcdiv_(grad, avg, value=-lr)
             return loss
 
-    class HeldRMSpropTFLike(RMSpropTFLike):
-        """SB3's ``RMSpropTFLike`` step (epsilon inside the square root, square average started at ones) with the
-        square root of :func:`exact_sqrt`."""
+    class HeldRMSprop(HeldStep, torch.optim.RMSprop):
+        """torch's RMSprop: state from zeros, ``grad_avg.lerp_``, ``sqrt(v) + eps``."""
 
-        @torch.no_grad()
-        def step(self, closure: Any = None) -> Any:
-            loss = None
-            if closure is not None:
-                with torch.enable_grad():
-                    loss = closure()
-            for group in self.param_groups:
-                alpha, eps, lr, momentum = group["alpha"], group["eps"], group["lr"], group["momentum"]
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    grad = p.grad
-                    state = self.state[p]
-                    if not state:
-                        state["step"] = 0
-                        state["square_avg"] = torch.ones_like(p, memory_format=torch.preserve_format)
-                        if momentum > 0:
-                            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                        if group["centered"]:
-                            state["grad_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["step"] += 1
-                    if group["weight_decay"] != 0:
-                        grad = grad.add(p, alpha=group["weight_decay"])
-                    square_avg = state["square_avg"]
-                    square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-                    if group["centered"]:
-                        grad_avg = state["grad_avg"]
-                        grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
-                        avg = exact_sqrt(square_avg.addcmul(grad_avg, grad_avg, value=-1).add_(eps))
-                    else:
-                        avg = exact_sqrt(square_avg.add(eps))
-                    if momentum > 0:
-                        buf = state["momentum_buffer"]
-                        buf.mul_(momentum).addcdiv_(grad, avg)
-                        p.add_(buf, alpha=-lr)
-                    else:
-                        p.addcdiv_(grad, avg, value=-lr)
-            return loss
+        def first_state(self, p: Any) -> dict[str, Any]:
+            return {"step": torch.tensor(0.0), "square_avg": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+        def update_grad_avg(self, grad_avg: Any, grad: Any, alpha: float) -> None:
+            grad_avg.lerp_(grad, 1 - alpha)
+
+        def denominator(self, square_avg: Any, grad_avg: Any | None, eps: float) -> Any:
+            v = square_avg if grad_avg is None else square_avg.addcmul(grad_avg, grad_avg, value=-1)
+            return exact_sqrt(v).add_(eps)
+
+    class HeldRMSpropTFLike(HeldStep, RMSpropTFLike):
+        """SB3's ``RMSpropTFLike``: square average from ones, ``grad_avg.mul_(alpha).add_``, ``sqrt(v + eps)``."""
+
+        def first_state(self, p: Any) -> dict[str, Any]:
+            return {"step": 0, "square_avg": torch.ones_like(p, memory_format=torch.preserve_format)}
+
+        def update_grad_avg(self, grad_avg: Any, grad: Any, alpha: float) -> None:
+            grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
+
+        def denominator(self, square_avg: Any, grad_avg: Any | None, eps: float) -> Any:
+            if grad_avg is None:
+                return exact_sqrt(square_avg.add(eps))
+            return exact_sqrt(square_avg.addcmul(grad_avg, grad_avg, value=-1).add_(eps))
 
     return HeldRMSprop, HeldRMSpropTFLike
 
