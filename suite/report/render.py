@@ -181,7 +181,7 @@ def _close_spawned(spawned: _Spawned) -> None:
         try:
             pipe.close()
         except OSError:
-            pass
+            pass  # already closed (the helper died first): nothing left to release
     proc.kill()  # it has drawn nothing anyone waits for (and may still be importing)
     proc.wait()
 
