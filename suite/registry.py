@@ -79,6 +79,11 @@ class AlgorithmSpec:
     """Name of the plugin that registered it (:class:`suite.plugins.PluginInfo`), None for a built-in."""
     plugin_version: str | None = None
     """That plugin's version (distribution version, or a file's ``__version__``), None if unknown or built-in."""
+    portable_revision: int = 1
+    """Revision of the algorithm's portable-kernels path (:mod:`suite.kernels`): bumped, instead of ``version``, when a
+    change moves the bits of its portable trials and not those of its native ones (a version bump would orphan every
+    native record). Part of a portable trial's key from revision 2 on; revision 1 keeps the keys made before it
+    existed."""
 
     def supports(self, action_space: str, observation: str) -> bool:
         return action_space in self.action_spaces and observation in self.observations
@@ -136,6 +141,7 @@ def register(
     extra: Mapping[str, Any] | None = None,
     policy_factory: Callable[[Any, Any, Any], Any] | None = None,
     imports: tuple[str, ...] = (),
+    portable_revision: int = 1,
 ) -> Callable[[TrainFn], TrainFn]:
     """Decorator registering ``train(ctx, config) -> Agent`` under ``id`` (see :class:`AlgorithmSpec` for the fields).
 
@@ -156,6 +162,8 @@ def register(
                     "overridden: choose another id"
                 )
         plugin, plugin_version = _OWNERS[-1] if _OWNERS else (None, None)
+        if type(portable_revision) is not int or portable_revision < 1:
+            raise ValueError(f"{id}: portable_revision must be an int >= 1, got {portable_revision!r}")
         bad = set(action_spaces) - {"discrete", "box"} | set(observations) - {"vector", "image"}
         if bad:
             raise ValueError(f"{id}: unknown space kinds {sorted(bad)}")
@@ -176,6 +184,7 @@ def register(
             imports=tuple(imports),
             plugin=plugin,
             plugin_version=plugin_version,
+            portable_revision=portable_revision,
         )
         for alias in aliases:
             _ALIASES[alias] = id

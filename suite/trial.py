@@ -212,6 +212,8 @@ class TrialSpec:
             identity["device"] = self.device
         if kernels != "native":
             identity["kernels"] = kernels
+            if algo.portable_revision > 1:  # its portable path changed since revision 1 (registry)
+                identity["kernels_revision"] = algo.portable_revision
         return ResolvedTrial(
             spec=self,
             algo=algo,
@@ -222,6 +224,13 @@ class TrialSpec:
             eval_freq=eval_freq,
             key=stable_hash(identity, 64),
         )
+
+
+def _kernels_revision(resolved: ResolvedTrial) -> dict[str, int]:
+    """``{"revision": n}`` for a portable trial of an algorithm whose portable path is at revision ``n`` > 1 (the
+    revision its key holds), else nothing: the provenance of every other trial stays as it was."""
+    revision = resolved.algo.portable_revision
+    return {"revision": revision} if resolved.spec.kernels != "native" and revision > 1 else {}
 
 
 @dataclass(frozen=True)
@@ -646,7 +655,7 @@ def _assemble(
         "provenance": {
             **collect_provenance(spec.threads, algo=resolved.algo.id, env_id=spec.env_id),
             "device": spec.device,
-            "kernels": {**read_back_kernels(), "mode": spec.kernels},
+            "kernels": {**read_back_kernels(), "mode": spec.kernels, **_kernels_revision(resolved)},
         },
         "suite_version": __version__,
         "started_at": started,

@@ -53,6 +53,48 @@ def test_a_portable_trial_has_its_own_key():
     assert portable.config_hash == spec.resolve().config_hash
 
 
+PORTABLE_KEYS_AT_REVISION_1 = {
+    "sb3-a2c": "626f3088a294ea9c166856e278eeab9c427a63dbd0cdcc5adf382e0523f8c7df",
+    "sb3-dqn": "b069b851c3669e4c3ba0239e8c4caae57ef1173fd5d0b12c36e03ccdec298f91",
+}
+"""Keys of portable CartPole-v1 trials of results/portable/study-sb3.toml before the portable revision existed
+(results/portable/hashes-sb3.json at commit 5f8027a)."""
+
+
+def test_a_changed_portable_path_changes_the_portable_key_only(monkeypatch):
+    """sb3-a2c's portable RMSprop changed its portable bits and not its native ones (registry ``portable_revision``):
+    its portable key moved and records the revision; sb3-dqn (revision 1) kept its portable key, and a native key
+    never holds a revision."""
+    from suite.registry import get_algorithm
+    from suite.study import load_study
+
+    specs = {s.algo: s for s in load_study(str(SB3_SET[1])).trials(envs=["CartPole-v1"]) if s.seed == 0}
+    assert get_algorithm("sb3-a2c").portable_revision == 2 and get_algorithm("sb3-dqn").portable_revision == 1
+    assert specs["sb3-a2c"].kernels == specs["sb3-dqn"].kernels == "portable"
+    assert specs["sb3-dqn"].resolve().key == PORTABLE_KEYS_AT_REVISION_1["sb3-dqn"]
+    assert specs["sb3-a2c"].resolve().key != PORTABLE_KEYS_AT_REVISION_1["sb3-a2c"]
+    import suite.trial
+
+    provenance = suite.trial._kernels_revision  # what a record's provenance["kernels"] adds to the mode
+    assert provenance(specs["sb3-a2c"].resolve()) == {"revision": 2} and provenance(specs["sb3-dqn"].resolve()) == {}
+    assert provenance(dataclasses.replace(specs["sb3-a2c"], kernels="native").resolve()) == {}
+    # the same trial with the registry entry at revision 1 has the old key: the revision is the only change
+    at_1 = dataclasses.replace(get_algorithm("sb3-a2c"), portable_revision=1)
+    monkeypatch.setattr(suite.trial, "get_algorithm", lambda algo: at_1)
+    assert specs["sb3-a2c"].resolve().key == PORTABLE_KEYS_AT_REVISION_1["sb3-a2c"]
+    native_at_1 = dataclasses.replace(specs["sb3-a2c"], kernels="native").resolve().key
+    monkeypatch.undo()
+    assert dataclasses.replace(specs["sb3-a2c"], kernels="native").resolve().key == native_at_1
+
+
+def test_a_portable_revision_must_be_a_positive_int():
+    from suite.registry import register
+
+    with pytest.raises(ValueError, match="portable_revision must be an int >= 1"):
+        register("never-registered", version="1", summary="", reference="", action_spaces=("discrete",), config=object,
+                 portable_revision=0)(lambda ctx, cfg: None)  # fmt: skip
+
+
 def test_the_default_mode_comes_from_the_context_then_the_variable(monkeypatch):
     monkeypatch.delenv(kernels.DEFAULT_VARIABLE, raising=False)
     assert tiny().kernels == kernels.DEFAULT == "native"

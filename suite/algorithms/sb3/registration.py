@@ -232,7 +232,7 @@ def _policy_factory(algo: str) -> Any:
 
 
 def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observations: tuple[str, ...],
-              notes: str = "") -> None:  # fmt: skip
+              notes: str = "", portable_revision: int = 1) -> None:  # fmt: skip
     flavour = FLAVOURS[algo]
 
     def train(ctx: Any, cfg: Any) -> SB3Agent:
@@ -259,6 +259,7 @@ def _register(algo: str, *, summary: str, action_spaces: tuple[str, ...], observ
         extra={"peer": "stable-baselines3", "sb3_class": flavour.sb3_class, "zoo_commit": ZOO_COMMIT},
         policy_factory=_policy_factory(algo),
         imports=SB3_IMPORTS,
+        portable_revision=portable_revision,
     )(train)
 
 
@@ -273,6 +274,7 @@ _register(
     summary="Stable-Baselines3 A2C with the zoo's hyperparameters",
     action_spaces=("discrete", "box"),
     observations=("vector", "image"),
+    portable_revision=2,  # 2: portable RMSprop takes numpy's square root (hold_rmsprop)
 )
 _register(
     "dqn",
@@ -286,6 +288,7 @@ _register(
     summary="Stable-Baselines3 SAC with the zoo's hyperparameters",
     action_spaces=("box",),
     observations=("vector",),
+    portable_revision=2,  # 2: portable SAC's entropy-coefficient Adam is fused too (fuse_adam)
 )
 _register(
     "td3",
