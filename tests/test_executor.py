@@ -841,4 +841,23 @@ def test_the_progress_bar_eta_is_the_plans_wall_time_then_follows_the_pace():
     assert eta_text(tasks, [], slots=2) == "ETA 45 min + 1 trials with no recorded speed"
     tasks[0].steps = tasks[1].steps = 500  # both running, half their budget reported: 900 s each left
     assert eta_text(tasks[2:3], tasks[:2], slots=2) == "ETA 30 min"  # 900 | 900 + 900
-    assert eta_text(tasks[2:3], tasks[:2], slots=2, pace=1.5) == "ETA 45 min"
+    assert eta_text(tasks[2:3], tasks[:2], slots=2, pace={("ppo", "CartPole-v1"): 1.5}) == "ETA 45 min"
+
+
+def test_the_eta_paces_each_algorithm_and_env_by_its_own_finished_trials():
+    """A pair whose records are stale (priced at 8x its speed today) must not speed up the ETA of a pair priced
+    right: each pair's planned times scale by its own finished trials' pace, an unseen pair's by 1 (the ablation
+    re-run of issue 57 showed ETA 4 min where 25 min were left, with one pace for the run)."""
+    from suite.executors.common import Task, eta_text
+
+    def tasks(algo: str, n: int, planned: float) -> list[Task]:
+        specs = [TrialSpec(algo, "CartPole-v1", seed=s, total_timesteps=1_000) for s in range(n)]
+        return [Task(spec.resolve(), planned_s=planned) for spec in specs]
+
+    stale, right = tasks("ppo", 2, 800.0), tasks("grpo", 4, 600.0)
+    assert eta_text([stale[1], *right], [], slots=2) == "ETA 30 min"  # 800 + 600 | 600 + 600 + 600
+    # ppo's first trial took 100 s of its planned 800: ppo's pace is 1/8, grpo's stays 1
+    paced = eta_text([stale[1], *right], [], slots=2, pace={("ppo", "CartPole-v1"): 0.125})
+    assert paced == "ETA 22 min"  # 600 + 600 + 100 | 600 + 600
+    # one pace for the run (the old rule) would have said 1800 s / 8: 4 min
+    assert eta_text(right, [], slots=2, pace={("grpo", "CartPole-v1"): 0.5}) == "ETA 10 min"  # 300 + 300 per worker

@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -155,6 +155,11 @@ class Task:
     @property
     def label(self) -> str:
         return self.resolved.label
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """(algorithm id, env id): what the plan prices it by, and the ETA's pace."""
+        return self.resolved.algo.id, self.resolved.spec.env_id
 
     def __repr__(self) -> str:
         return f"Task({self.label}, attempt {self.attempt})"
@@ -293,14 +298,23 @@ ETA_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]
 """The progress bar with the plan's ETA (its postfix, :func:`eta_text`) in place of tqdm's own extrapolation."""
 
 
-def eta_text(queue: Sequence[Task], running: Sequence[Task], slots: int, pace: float = 1.0) -> str:
+def eta_text(
+    queue: Sequence[Task], running: Sequence[Task], slots: int, pace: Mapping[tuple[str, str], float] | None = None
+) -> str:
     """The progress bar's ETA by the run's plan: the longest-first schedule (:func:`suite.plan.schedule_seconds`) on
     ``slots`` workers of the trials queued and what the running ones have left of their planned time (by the share
-    of their budget not yet reported), times ``pace`` (the finished trials' wall time over their planned time; 1
-    until one finishes, so the ETA shown first is the plan's wall time). Trials with no recorded speed are counted
-    apart, as the plan counts them."""
-    left = [t.planned_s * (1 - t.steps / max(t.resolved.spec.total_timesteps, 1)) for t in running]
-    seconds = pace * schedule_seconds([t.planned_s for t in queue], slots, busy=left)
+    of their budget not yet reported), each trial's planned time times the ``pace`` of its (algorithm, env): the
+    finished trials of that pair's wall time over their planned time, 1 for a pair none of whose trials has finished
+    (so the ETA shown first is the plan's wall time). One pace per pair, not one for the run: the plan prices each
+    pair from other records, and one pair's records can be stale (made on a busier machine, or before a faster core)
+    while another's are not. Trials with no recorded speed are counted apart, as the plan counts them."""
+    pace = pace or {}
+
+    def planned(t: Task) -> float:
+        return t.planned_s * pace.get(t.pair, 1.0)
+
+    left = [planned(t) * (1 - t.steps / max(t.resolved.spec.total_timesteps, 1)) for t in running]
+    seconds = schedule_seconds([planned(t) for t in queue], slots, busy=left)
     unknown = sum(not math.isfinite(t.planned_s) for t in [*queue, *running])
     return f"ETA {format_duration(seconds)}" + (f" + {unknown:,} trials with no recorded speed" if unknown else "")
 
@@ -350,11 +364,11 @@ def drive(
         bar_format=ETA_FORMAT if planned else None,
     )  # fmt: skip
     done = 0
-    spent = [0.0, 0.0]  # wall and planned seconds of the finished trials with a plan: the pace of the ETA
+    spent: dict[tuple[str, str], list[float]] = {}  # per (algo, env): wall and planned seconds of its finished trials
 
     def show_eta() -> None:
         if planned and show_progress:
-            pace = spent[0] / spent[1] if spent[1] > 0 else 1.0
+            pace = {pair: wall / plan for pair, (wall, plan) in spent.items() if plan > 0}
             bar.set_postfix_str(eta_text(queue, running, backend.slots, pace), refresh=False)
 
     def credit(task: Task, steps: int) -> None:
@@ -370,8 +384,9 @@ def drive(
 
     def keep(task: Task, record: dict[str, Any]) -> None:
         if record["status"] == "ok" and task.started is not None and math.isfinite(task.planned_s):
-            spent[0] += time.monotonic() - task.started
-            spent[1] += task.planned_s
+            pair = spent.setdefault(task.pair, [0.0, 0.0])
+            pair[0] += time.monotonic() - task.started
+            pair[1] += task.planned_s
         record["attempts"] = task.prior_attempts + task.attempt
         save(record)
         summary.finished.append(record)
