@@ -206,6 +206,21 @@ def test_mixing_modes_in_one_database_never_mixes_keys(both_modes):
         assert spec.resolve().key == r["key"]
 
 
+def test_a_merge_can_take_one_modes_records_only(both_modes, tmp_path, capsys):
+    """``suite merge --kernels portable``: how a claim set's records.db keeps the mode its table is judged in."""
+    from suite.cli.main import main
+
+    portable_key = tiny(kernels="portable").resolve().key
+    assert main(["merge", str(both_modes), "--kernels", "portable", "--db", str(tmp_path / "p.db")]) == 0
+    assert "1 trials added" in capsys.readouterr().out
+    assert [r["key"] for r in _records(tmp_path / "p.db")] == [portable_key]
+    with ResultsStore(tmp_path / "n.db") as store:
+        assert store.merge_from(both_modes, kernels="native").added == 1
+        with pytest.raises(UserError, match="fast"):
+            store.merge_from(both_modes, kernels="fast")
+    assert [r["key"] for r in _records(tmp_path / "n.db")] == [tiny(kernels="native").resolve().key]
+
+
 def test_a_merge_conflict_names_each_records_mode_and_cpu(both_modes, tmp_path):
     other = tmp_path / "other.db"
     with ResultsStore(both_modes, create=False) as store:

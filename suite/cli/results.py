@@ -26,6 +26,11 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("merge", help="copy the trials of other results databases into this one (missing keys only)")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="results database(s) to copy from")
     p.add_argument("--study", action="append", help="only this study's trials (repeatable)")
+    p.add_argument(
+        "--kernels",
+        choices=("native", "portable"),
+        help="only the trials that ran in this kernel mode (a record made before the modes existed is native)",
+    )
     add_db(p)
 
 
@@ -76,7 +81,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         ResultsStore(source, create=False).close()
     with ResultsStore(path) as store:
         for source in args.sources:
-            r = store.merge_from(source, studies=args.study or ())
+            r = store.merge_from(source, studies=args.study or (), kernels=args.kernels)
             line = f"{r.source}: {r.added} trials added, {r.identical} already here with the same outcome"
             if r.differing:
                 keys = "; ".join(c.describe() for c in r.conflicts[:5]) + (" ..." if len(r.differing) > 5 else "")

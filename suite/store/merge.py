@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.errors import UserError
+from suite.kernels import check_mode as check_kernels
 from suite.store.queries import StoreQueries
 from suite.store.schema import TRIAL_COLUMNS
 
@@ -51,21 +52,29 @@ class StoreMerge(StoreQueries):
     """:meth:`merge_from` for :class:`suite.store.ResultsStore`."""
 
     def merge_from(
-        self, source: str | os.PathLike[str], studies: Sequence[str] = (), keys: Iterable[str] | None = None
+        self,
+        source: str | os.PathLike[str],
+        studies: Sequence[str] = (),
+        keys: Iterable[str] | None = None,
+        kernels: str | None = None,
     ) -> MergeResult:
         """Copy the trials of another results database into this one: the records of several machines (array
         jobs, sessions, claim rows run apart) become one database that reports and ``suite reproduce --no-run``
         read as if one run had made them.
 
-        Every trial of ``source`` (of ``studies`` only, and of ``keys`` only, when given) that this database lacks is
+        Every trial of ``source`` (of ``studies`` only, of ``keys`` only, and of those that ran in the kernel mode
+        ``kernels`` only, when given; a record made before the modes existed is native) that this database lacks is
         copied whole: its row, curve, evaluations and update metrics, and its study memberships. A key already here is never
         overwritten: both records are kept apart and compared on what the key determines (status, steps trained,
         final evaluation; trials are pure functions of their key), and those that differ are listed. One
         transaction: an interrupted merge adds nothing.
 
         Raises:
-            UserError: ``source`` is missing, is not a results database, is this database, or names no such study.
+            UserError: ``source`` is missing, is not a results database, is this database, or names no such study;
+                ``kernels`` is not a mode.
         """
+        if kernels is not None:
+            check_kernels(kernels)
         src_path = Path(source)
         if src_path.exists() and self.path.exists() and src_path.resolve() == self.path.resolve():
             raise UserError(f"cannot merge {src_path} into itself")
@@ -89,6 +98,12 @@ class StoreMerge(StoreQueries):
                     conn.executemany("INSERT OR IGNORE INTO temp.merge_only VALUES (?)", [(k,) for k in keys])
                     conn.execute("DELETE FROM temp.merge_keys WHERE key NOT IN (SELECT key FROM temp.merge_only)")
                     conn.execute("DROP TABLE temp.merge_only")
+                if kernels is not None:
+                    conn.execute(
+                        "DELETE FROM temp.merge_keys WHERE key NOT IN (SELECT key FROM src.trials WHERE "
+                        "COALESCE(json_extract(provenance, '$.kernels.mode'), 'native') = ?)",
+                        (kernels,),
+                    )
                 conn.execute("CREATE TEMP TABLE merge_new AS SELECT key FROM temp.merge_keys WHERE key NOT IN "
                              "(SELECT key FROM main.trials)")  # fmt: skip
                 compare = ("status", "steps", "final_eval_mean")
