@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import suite.algorithms  # noqa: F401  (registers every algorithm)
 import suite.registry as registry
 from suite.claims import load_claim_set
-from suite.claims.reproduce import evaluate_cells
+from suite.claims.reproduce import SHIPPED_PAGE_SIZE, evaluate_cells
 from suite.claims.tables import write_tables
 from suite.cli import main
 from suite.stats.equivalence import Component, Difference
@@ -159,6 +160,12 @@ def test_the_folder_carries_its_records_and_re_judges_without_the_original_datab
     with ResultsStore(records, create=False) as store, ResultsStore(reproduced["db"], create=False) as original:
         assert store.finished_keys() == original.finished_keys() and len(store.trials()) == 6
         assert store.curves().equals(original.curves()) and store.updates().equals(original.updates())
+    conn = sqlite3.connect(records)  # shipped with small pages (ResultsStore.compact), still in WAL mode
+    try:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == SHIPPED_PAGE_SIZE == 1024
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
     again = tmp_path / "again"
     argv = ["reproduce", str(reproduced["toml"]), "--db", str(records), "-o", str(again), "--no-run", "--quiet"]
     assert main(argv) == 0

@@ -275,6 +275,10 @@ def _label(path: Path, out_dir: Path) -> str:
         return str(path)
 
 
+SHIPPED_PAGE_SIZE = 1024
+"""Page size of a claim folder's records database (:meth:`suite.store.ResultsStore.compact`)."""
+
+
 def write_records(db_path: Path, out: Path, keys: Iterable[str]) -> int:
     """Copy the recorded trials among ``keys`` from ``db_path`` into a fresh results database at ``out`` (replaced
     whole, atomically): with the tables it makes the folder self-contained, so ``suite reproduce SET --no-run --db
@@ -287,7 +291,7 @@ def write_records(db_path: Path, out: Path, keys: Iterable[str]) -> int:
         leftover.unlink(missing_ok=True)
     with ResultsStore(tmp) as store:
         added = store.merge_from(db_path, keys=keys).added
-        store.compact()
+        store.compact(page_size=SHIPPED_PAGE_SIZE)
     os.replace(tmp, out)
     return added
 

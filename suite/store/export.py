@@ -108,11 +108,23 @@ class StoreExport(StoreQueries):
             raise UserError(f"cannot write {out}: {exc}") from exc
         return len(frame)
 
-    def compact(self) -> None:
+    def compact(self, page_size: int | None = None) -> None:
         """Make the file small (for a file that is shipped, e.g. a claim table's records): no free pages inside,
-        the WAL folded in. Only for a database no other process is using."""
-        self._conn.execute("VACUUM")
-        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        the WAL folded in, and with ``page_size`` (a power of two, 512-65536) its pages that size. Small pages suit
+        the claim records: their 5-10 KB curve and update blobs each wasted part of a 4 KiB overflow page (1 KiB
+        pages took the committed reports/ from 14.83 to 14.31 MB, docs/kernels.md). Rows are unchanged. Only for a
+        database no other process is using."""
+        conn = self._conn
+        if page_size is None:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            return
+        # SQLite changes the page size only on a VACUUM outside WAL mode: the WAL folded in, then back to WAL (empty)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.execute("PRAGMA journal_mode=DELETE").fetchall()
+        conn.execute(f"PRAGMA page_size={int(page_size)}").fetchall()
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()
 
 
 def flat_trials(frame: pd.DataFrame) -> pd.DataFrame:
