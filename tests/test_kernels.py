@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -444,3 +445,13 @@ def test_a_claim_table_says_its_mode(tmp_path):
         assert committed["kernels"] == mode and KERNEL_LINES[mode] in committed["headline"], path
         modes[committed["claim_set"]] = mode
     assert {s for s, m in modes.items() if m == "portable"} == {"seed000-memory", "seed000-text", "seed003-textmatch"}
+    for path in sorted((REPO / "reports" / "claims").glob("*/verdicts.json")):
+        if modes[json.loads(path.read_text())["claim_set"]] == "portable":  # its folder holds its table's mode only
+            for db in sorted(path.parent.glob("**/records.db")):
+                conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+                try:
+                    held = conn.execute("SELECT DISTINCT COALESCE(json_extract(provenance, '$.kernels.mode'), "
+                                        "'native') FROM trials").fetchall()  # fmt: skip
+                finally:
+                    conn.close()
+                assert held == [("portable",)], db
