@@ -14,12 +14,14 @@ and where ``sb3-ppo`` ran too, the ratio of each algorithm to it in each mode, o
     python benchmarks/bench_kernels.py --pool           # the pooled rows of the latest run in the file (no run)
     python benchmarks/bench_kernels.py --rerun-cost     # re-running the committed claim tables in portable mode
 
-``--rerun-cost`` sums the single-thread core-hours the native records of every committed claim table
-(``reports/claims/*/records.db``) recorded, per env and algorithm, and divides each by the latest measured
-portable/native ratio of that algorithm on that env (of ``sb3-ppo`` for another ``sb3-*`` algorithm, of ``ppo`` for
-any other one not measured; 1 where the env was not): the estimated core-hours of running them again in portable
-mode. A set whose claim-set file says ``kernels = "portable"`` has been re-run: its portable records' recorded
-core-hours are given beside the estimate, a check of it.
+``--rerun-cost`` estimates the single-thread core-hours of running every committed claim table again in portable
+mode, over all its records (``reports/claims/<set>/records.db`` and its detailed runs' ``*/records.db``): a native
+trial is priced by the plan's trial-time model (training speed and overhead, :mod:`suite.plan`) fitted to the
+portable sets' records of its algorithm and env where there are some (the native records' own times can be stale:
+made on a busier machine, or before a faster core), else
+at its recorded time over the latest measured portable/native ratio of that algorithm on that env (of ``sb3-ppo``
+for another ``sb3-*`` algorithm, of ``ppo`` for any other one not measured; 1 where the env was not). A set whose
+claim-set file says ``kernels = "portable"`` has been re-run: its portable records' recorded core-hours are given.
 """
 
 from __future__ import annotations
@@ -75,7 +77,6 @@ def machine() -> str:
 
 def rerun_cost(out: Path) -> list[list[str]]:
     """Rows of :data:`OUT` for re-running the committed claim tables in portable mode (see the module doc)."""
-    import glob
     import sqlite3
 
     from suite.claims import load_claim_set
@@ -90,31 +91,60 @@ def rerun_cost(out: Path) -> list[list[str]]:
         fallback = "sb3-ppo" if algo.startswith("sb3-") else "ppo"
         return latest.get(f"{algo} {env}", latest.get(f"{fallback} {env}", 1.0))
 
-    native = portable = left = 0.0
-    per_set = []
-    for db in sorted(glob.glob(str(REPO / "reports" / "claims" / "*" / "records.db"))):
-        name = Path(db).parent.name
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        rows = conn.execute("SELECT algo, env_id, wall_time_s, provenance FROM trials").fetchall()
+    records: dict[str, list[tuple[str, str, int, float, str, str]]] = {}  # set -> (algo, env, steps, s, mode, version)
+    for db in sorted((REPO / "reports" / "claims").glob("*/**/records.db")):  # the top level and every detailed run
+        name = db.relative_to(REPO / "reports" / "claims").parts[0]
+        conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+        rows = conn.execute("SELECT algo, env_id, steps, wall_time_s, provenance, algo_version FROM trials "
+                            "WHERE status = 'ok'").fetchall()  # fmt: skip
         conn.close()
-        hours = estimate = measured = 0.0
-        for algo, env, seconds, provenance in rows:
+        for algo, env, steps, seconds, provenance, version in rows:
             mode = (json.loads(provenance or "{}").get("kernels") or {}).get("mode", "native")
-            if mode == "portable":
-                measured += float(seconds or 0) / 3600
-            else:
-                hours += float(seconds or 0) / 3600
-                estimate += float(seconds or 0) / ratio(algo, env) / 3600
-        native, portable = native + hours, portable + estimate
+            records.setdefault(name, []).append((algo, env, int(steps or 0), float(seconds or 0), mode, version))
+    # today's portable speed where committed portable records measured it: the plan's trial-time model (training
+    # speed and a fixed overhead, suite.plan) fitted to the portable sets' records, which hold portable trials only
+    from suite.plan import recorded_speeds
+
+    pairs = {(algo, env) for rows in records.values() for algo, env, *_ in rows}
+    models = {}
+    for name in sorted(records):
         if load_claim_set(name).kernels == "portable":
-            per_set.append(f"{name} {hours:.3f} -> {estimate:.3f} (re-run: {measured:.3f} recorded)")
+            for pair, model in recorded_speeds(None, pairs, REPO / "reports" / "claims" / name).models.items():
+                models.setdefault(pair, model)
+
+    native = estimate_all = left = 0.0
+    per_set = []
+    for name, rows in sorted(records.items()):
+        hours = estimate = measured = 0.0
+        priced = 0
+        for algo, env, steps, seconds, mode, _ in rows:
+            if mode == "portable":
+                measured += seconds / 3600
+                continue
+            hours += seconds / 3600
+            if (algo, env) in models:  # priced at the portable records' speed (today's code, machines and mode)
+                estimate += models[algo, env].seconds(steps) / 3600
+                priced += 1
+            else:
+                estimate += seconds / ratio(algo, env) / 3600
+        native, estimate_all = native + hours, estimate_all + estimate
+        n_native = sum(1 for r in rows if r[4] != "portable")
+        if load_claim_set(name).kernels == "portable":
+            per_set.append(f"{name} portable: {measured:.3f} recorded")
         else:
             left += estimate
-            per_set.append(f"{name} {hours:.2f} -> {estimate:.2f}")
-    how = "native core-hours over the latest portable/native CPU-speed ratio of the algorithm (else sb3-ppo's or ppo's)"
+            per_set.append(
+                f"{name} {hours:.2f} -> {estimate:.2f} ({priced} of {n_native} trials at a portable record's speed)"
+            )
+    how = (
+        "every records.db of each set (top level and detailed runs); a native trial priced by the trial-time model "
+        "(training speed and overhead, suite.plan) of the portable sets' records of its algorithm and env where there "
+        "are some, else its recorded time over the latest portable/native CPU-speed ratio (sb3-ppo's or ppo's where "
+        "unmeasured)"
+    )
     return [
         ["claim tables, recorded native core-hours", f"{native:.3g}", "core-hours", "; ".join(per_set)],
-        ["claim tables, estimated portable core-hours", f"{portable:.3g}", "core-hours", how],
+        ["claim tables, estimated portable core-hours", f"{estimate_all:.3g}", "core-hours", how],
         ["claim tables still native, estimated portable core-hours", f"{left:.3g}", "core-hours",
          "the sets whose claim-set file does not say kernels = \"portable\""],
     ]  # fmt: skip
