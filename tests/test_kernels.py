@@ -444,7 +444,7 @@ def test_a_claim_table_says_its_mode(tmp_path):
         mode = load_claim_set(committed["claim_set"]).kernels or "native"
         assert committed["kernels"] == mode and KERNEL_LINES[mode] in committed["headline"], path
         modes[committed["claim_set"]] = mode
-    portable_sets = {"seed000-memory", "seed000-text", "seed003-textmatch", "ppo-rlvr-prm-ablation"}
+    portable_sets = {"seed000-memory", "seed000-text", "seed003-textmatch", "ppo-rlvr-prm-ablation", "cleanrl-benchmark"}
     assert {s for s, m in modes.items() if m == "portable"} == portable_sets
     for path in sorted((REPO / "reports" / "claims").glob("*/verdicts.json")):
         if modes[json.loads(path.read_text())["claim_set"]] == "portable":  # its folder holds its table's mode only
