@@ -149,7 +149,7 @@ def register(
 
     Raises:
         DuplicateIdError: ``id`` or an alias is already registered (built-in or by a plugin).
-        ValueError: unknown space kinds.
+        ValueError: unknown space kinds, or a ``portable_revision`` that is not an int >= 1.
     """
 
     def deco(fn: TrainFn) -> TrainFn:

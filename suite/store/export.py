@@ -111,9 +111,8 @@ class StoreExport(StoreQueries):
     def compact(self, page_size: int | None = None) -> None:
         """Make the file small (for a file that is shipped, e.g. a claim table's records): no free pages inside,
         the WAL folded in, and with ``page_size`` (a power of two, 512-65536) its pages that size. Small pages suit
-        the claim records: their 5-10 KB curve and update blobs each wasted part of a 4 KiB overflow page (1 KiB
-        pages took the committed reports/ from 14.83 to 14.31 MB, docs/kernels.md). Rows are unchanged. Only for a
-        database no other process is using."""
+        the claim records, whose curve and update blobs each leave part of an overflow page empty (docs/kernels.md
+        has the sizes). Rows are unchanged. Only for a database no other process is using."""
         conn = self._conn
         if page_size is None:
             conn.execute("VACUUM")
