@@ -297,14 +297,19 @@ def test_evaluate_starts_itself_again_for_portable_kernels(both_modes):
         assert out.stdout.strip().endswith(said), out.stdout
 
 
-def _hash_set_module() -> Any:
+def _benchmark(name: str) -> Any:
+    """The script ``benchmarks/<name>.py`` loaded as a module (benchmarks/ is not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("portable_hashes", REPO / "benchmarks" / "portable_hashes.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _hash_set_module() -> Any:
+    return _benchmark("portable_hashes")
 
 
 SB3_SET = (REPO / "results" / "portable" / "hashes-sb3.json", REPO / "results" / "portable" / "study-sb3.toml")
@@ -394,13 +399,7 @@ def test_portable_sb3_rmsprop_steps_as_torchs_with_an_exactly_rounded_square_roo
 
 
 def _battery() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("libm_battery", REPO / "benchmarks" / "libm_battery.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _benchmark("libm_battery")
 
 
 @pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
