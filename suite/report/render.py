@@ -153,8 +153,8 @@ def _import_report() -> None:
         import suite.report.latex  # noqa: F401
         import suite.report.markdown  # noqa: F401
         import suite.report.memory  # noqa: F401
-    except Exception:  # noqa: BLE001  (the report's own import raises it again, where it is seen)
-        pass
+    except Exception:  # noqa: BLE001
+        pass  # a no-op on purpose: the report's own import raises the same error again, where it is seen
 
 
 def _take_prepared() -> _Spawned | None:
