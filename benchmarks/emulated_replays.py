@@ -10,8 +10,14 @@ in the file (same key, same emulated CPU) is skipped, so an interrupted run resu
     nohup nice -n 10 python benchmarks/emulated_replays.py > /tmp/replays.log 2>&1 &
     python benchmarks/emulated_replays.py --cpu Haswell-v4 --summary        # what the file holds
 
-The caveat stays: QEMU computes ``rcpps``/``rsqrtps`` exactly where a real CPU approximates, so an equal replay
-proves the code paths that avoid those instructions, not every real AVX2 CPU (docs/kernels.md).
+QEMU computes ``rcpps``/``rsqrtps`` exactly where a real CPU approximates (Intel's and AMD's differently), and
+the x87 transcendentals (``fsin``, ``fpatan``...) by its own software: an equal replay proves a real AVX2 CPU's bits
+only for a trial that runs none of them. ``--scan`` shows which trials those are: it has QEMU log every block of
+guest code it translates (``-d in_asm``, through a pipe) and counts these instructions in it (:data:`CPU_DEPENDENT`);
+the line records the counts (``cpu_dependent_insns``, empty when the trial ran none). A block is translated when it
+first runs, so the log holds every instruction the trial could have executed, each once.
+
+    nohup nice -n 19 python benchmarks/emulated_replays.py --scan > /tmp/scan.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +42,43 @@ OUT = REPO / "results" / "portable" / "emulated-replays.jsonl"
 SETS = (REPO / "results" / "portable" / "hashes.json", REPO / "results" / "portable" / "hashes-sb3.json")
 ENV_COST = {"CartPole-v1": 0, "TextMatch-v0": 1, "LunarLander-v3": 2, "Hopper-v5": 3, "ALE/Pong-v5": 4}
 """Order of the replays: the cheapest envs under emulation first, so an interrupted run has covered the most trials."""
+
+
+CPU_DEPENDENT = ("rcpps", "rcpss", "rsqrtps", "rsqrtss", "vrcpps", "vrcpss", "vrsqrtps", "vrsqrtss",
+                 "fsin", "fcos", "fsincos", "fptan", "fpatan", "f2xm1", "fyl2x", "fyl2xp1")  # fmt: skip
+"""The x86-64 instructions of an AVX2 + FMA CPU whose results are not fixed by IEEE 754, so differ between real CPUs
+and QEMU: the approximate reciprocals and square-root reciprocals (their v-forms are AVX's; the AVX-512 ``rcp14`` ones
+are not in the baseline) and the x87 transcendentals. Every other floating-point instruction of the baseline rounds
+as IEEE 754 says (FMA included), on any CPU and under QEMU."""
+
+
+def run_scanned(
+    argv: list[str], env: dict[str, str], cwd: Path = REPO
+) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
+    """Run ``argv`` (a ``qemu-x86_64 -cpu CPU program ...`` command line) with QEMU logging the guest code it
+    translates to a pipe, and count the :data:`CPU_DEPENDENT` instructions in that log (a mnemonic that never
+    appears is left out: ``{}`` means the run translated none). ``grep`` reads the pipe, so the log is never
+    stored."""
+    pattern = r"\b(" + "|".join(CPU_DEPENDENT) + r")\b"
+    with tempfile.TemporaryDirectory(prefix="qemu-asm-") as tmp:
+        fifo, found = Path(tmp) / "in_asm", Path(tmp) / "found"
+        os.mkfifo(fifo)
+        # This process holds the pipe open for writing while QEMU runs, so grep reads to the end of QEMU's log
+        # however early QEMU stops, and sees the end of the pipe when this process lets go after it.
+        r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        w = os.open(fifo, os.O_WRONLY)
+        os.set_blocking(r, True)
+        with found.open("w") as sink:
+            grep = subprocess.Popen(["grep", "-E", "-o", pattern], stdin=r, stdout=sink)
+        os.close(r)
+        try:
+            out = subprocess.run([argv[0], "-d", "in_asm", "-D", str(fifo), *argv[1:]], env=env, capture_output=True,
+                                 text=True, cwd=cwd)  # fmt: skip
+        finally:
+            os.close(w)
+            grep.wait()
+        counts = Counter(found.read_text().split())
+    return out, dict(sorted(counts.items()))
 
 
 def trials(sets: tuple[Path, ...] = SETS) -> list[tuple[Path, dict[str, Any]]]:
@@ -54,16 +99,20 @@ def latest(cpu: str) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in map(json.loads, OUT.read_text().splitlines()) if r.get("emulated_cpu") == cpu}
 
 
-def done(cpu: str) -> set[str]:
-    """Trials whose replay under ``cpu`` ran to the end (equal or not)."""
+def done(cpu: str, scan: bool = False) -> set[str]:
+    """Trials whose replay under ``cpu`` ran to the end (equal or not); with ``scan``, only those whose last replay was
+    scanned for the CPU-dependent instructions."""
     return {
         key
         for key, r in latest(cpu).items()
-        if r.get("replayed_status", "ok") == "ok" and r.get("replayed_param_hash") and not r.get("error")
+        if r.get("replayed_status", "ok") == "ok"
+        and r.get("replayed_param_hash")
+        and not r.get("error")
+        and (not scan or "cpu_dependent_insns" in r)
     }
 
 
-def replay(path: Path, trial: dict[str, Any], cpu: str) -> dict[str, Any]:
+def replay(path: Path, trial: dict[str, Any], cpu: str, scan: bool = False) -> dict[str, Any]:
     from suite import kernels
 
     data = json.loads(path.read_text())
@@ -71,8 +120,11 @@ def replay(path: Path, trial: dict[str, Any], cpu: str) -> dict[str, Any]:
     argv = ["qemu-x86_64", "-cpu", cpu, sys.executable, str(HERE / "portable_hashes.py"), "--study", str(study),
             "--in-process", trial["algo"], trial["env_label"]]  # fmt: skip
     started = time.monotonic()
-    out = subprocess.run(argv, env={**os.environ, **kernels.environ("portable")}, capture_output=True, text=True,
-                         cwd=REPO)  # fmt: skip
+    env = {**os.environ, **kernels.environ("portable")}
+    if scan:
+        out, insns = run_scanned(argv, env)
+    else:
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=REPO)
     seconds = round(time.monotonic() - started, 1)
     row: dict[str, Any] = {
         "algo": trial["algo"],
@@ -96,6 +148,8 @@ def replay(path: Path, trial: dict[str, Any], cpu: str) -> dict[str, Any]:
         )
         if got.get("error"):
             row["error"] = got["error"]
+        if scan:
+            row["cpu_dependent_insns"] = insns
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
     row.update(
         seconds=seconds,
@@ -127,6 +181,8 @@ def main() -> int:
     ap.add_argument("--summary", action="store_true", help="print what the results file holds for --cpu and stop")
     ap.add_argument("--only", type=Path, action="append", help="replay only this set file (repeatable)")
     ap.add_argument("--trial", nargs=2, metavar=("ALGO", "ENV"), help="replay only this trial of the sets")
+    ap.add_argument("--scan", action="store_true", help="count the CPU-dependent instructions each replay translates "
+                    "(a trial replayed before without it is replayed again)")  # fmt: skip
     args = ap.parse_args()
     if args.summary:
         rows = list(latest(args.cpu).values())
@@ -136,14 +192,21 @@ def main() -> int:
         for r in rows:
             if not r["equal"]:
                 print(f"  differs: {r['algo']} {r['env_label']} {r.get('error', '')}")
+        scanned = [r for r in rows if "cpu_dependent_insns" in r]
+        ran = [r for r in scanned if r["cpu_dependent_insns"]]
+        print(f"{len(scanned)} scanned for CPU-dependent instructions: {len(ran)} translated some")
+        for r in ran:
+            print(f"  {r['algo']} {r['env_label']}: {r['cpu_dependent_insns']}")
         return 0
     for path, trial in trials(tuple(p.resolve() for p in args.only) if args.only else SETS):
-        if trial["key"] in done(args.cpu) or (args.trial and [trial["algo"], trial["env_label"]] != args.trial):
+        if trial["key"] in done(args.cpu, args.scan) or (args.trial and [trial["algo"], trial["env_label"]] != args.trial):
             continue
-        row = replay(path, trial, args.cpu)
+        row = replay(path, trial, args.cpu, args.scan)
         with OUT.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(f"{row['algo']} {row['env_label']}: {'equal' if row['equal'] else 'DIFFERS'} ({row['seconds']} s)", flush=True)
+        insns = f", CPU-dependent instructions: {row['cpu_dependent_insns'] or 'none'}" if args.scan else ""
+        print(f"{row['algo']} {row['env_label']}: {'equal' if row['equal'] else 'DIFFERS'} ({row['seconds']} s{insns})",
+              flush=True)  # fmt: skip
     return 0
 
 

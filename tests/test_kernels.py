@@ -344,8 +344,9 @@ QEMU = "qemu-x86_64"
 @pytest.mark.parametrize(("algo", "env"), [("ppo", "CartPole-v1")])
 def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu(algo, env, capsys):
     """The set's trial replayed in one process under ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, no AVX-512): the
-    libraries pick their kernels by the emulated CPU. A caveat: QEMU computes ``rcpps``/``rsqrtps`` exactly, where a
-    real CPU approximates, so this proves the code paths that avoid them (docs/kernels.md)."""
+    libraries pick their kernels by the emulated CPU. QEMU computes ``rcpps``/``rsqrtps`` exactly and the x87
+    transcendentals by its own software, where real CPUs differ; the replay's translated code holds none of them,
+    so its equal bits are those of a real AVX2 CPU too (docs/kernels.md)."""
     import shutil
 
     if shutil.which(QEMU) is None:
@@ -354,11 +355,39 @@ def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu
     committed = {(r["algo"], r["env_label"]): r for r in json.loads(hashes.HASHES.read_text())["trials"]}
     argv = [QEMU, "-cpu", "Haswell-v4", sys.executable, str(REPO / "benchmarks" / "portable_hashes.py"), "--in-process",
             algo, env]  # fmt: skip
-    out = subprocess.run(argv, env={**os.environ, **kernels.environ("portable")}, capture_output=True, text=True, check=True)
+    out, insns = _benchmark("emulated_replays").run_scanned(argv, {**os.environ, **kernels.environ("portable")})
+    assert out.returncode == 0, out.stderr[-2000:]
     row = json.loads(out.stdout.strip().splitlines()[-1])
     with capsys.disabled():
-        print(f"\n{algo} {env} under {QEMU} -cpu Haswell-v4: final return {row['final_return']}")
+        print(f"\n{algo} {env} under {QEMU} -cpu Haswell-v4: final return {row['final_return']}, CPU-dependent "
+              f"instructions translated: {insns or 'none'}")  # fmt: skip
     assert hashes.compare([committed[algo, env]], [row]) == []
+    assert insns == {}
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+def test_the_emulated_replays_scan_sees_an_approximate_reciprocal_and_an_x87_sine(tmp_path):
+    """The scan's positive control: a process that runs ``rcpps`` and ``fsin`` once (machine code called through
+    ctypes) is reported with both, and a process that runs neither with none."""
+    import shutil
+
+    if shutil.which(QEMU) is None:
+        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    script = tmp_path / "approx.py"
+    script.write_text(
+        "import ctypes, mmap\n"
+        "code = bytes.fromhex('0f53c0' 'd9ee' 'd9fe' 'ddd8' 'c3')  # rcpps xmm0,xmm0; fldz; fsin; fstp st(0); ret\n"
+        "buf = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "buf.write(code)\n"
+        "ctypes.CFUNCTYPE(None)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))()\n"
+        "print('ran')\n"
+    )
+    scan = _benchmark("emulated_replays").run_scanned
+    out, insns = scan([QEMU, "-cpu", "Haswell-v4", sys.executable, str(script)], dict(os.environ))
+    assert (out.returncode, out.stdout.strip(), insns) == (0, "ran", {"fsin": 1, "rcpps": 1})
+    out, insns = scan([QEMU, "-cpu", "Haswell-v4", sys.executable, "-c", "import math; print(math.sin(1.0))"],
+                      dict(os.environ))  # fmt: skip
+    assert (out.returncode, insns) == (0, {})
 
 
 def test_portable_sb3_rmsprop_steps_as_torchs_with_an_exactly_rounded_square_root(monkeypatch):
@@ -406,7 +435,8 @@ def _battery() -> Any:
 def test_python_libm_and_numpy_ufuncs_give_the_committed_bits_here_and_on_an_emulated_haswell(capsys):
     """The libm/numpy battery (benchmarks/libm_battery.py: Python's ``math`` and numpy's float64/float32 ufuncs, over
     the envs' and algorithms' ranges and hard cases) in portable mode, hashed per function: this machine and
-    ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, FMA) give the committed hashes of every function."""
+    ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, FMA) give the committed hashes of every function, and the emulated
+    run translates no instruction whose result differs between real CPUs (benchmarks/emulated_replays.py)."""
     import shutil
 
     if shutil.which(QEMU) is None:
@@ -417,15 +447,17 @@ def test_python_libm_and_numpy_ufuncs_give_the_committed_bits_here_and_on_an_emu
     script = str(REPO / "benchmarks" / "libm_battery.py")
     verdicts = {}
     here = [sys.executable, script, "--check"]
-    for where, argv in (("this machine", here), (f"{QEMU} -cpu Haswell-v4", [QEMU, "-cpu", "Haswell-v4", *here])):
-        out = subprocess.run(argv, env=env, capture_output=True, text=True)
-        verdicts[where] = json.loads(out.stdout.strip().splitlines()[-1])
-        assert out.returncode in (0, 1), out.stderr
+    out = subprocess.run(here, env=env, capture_output=True, text=True)
+    emulated, insns = _benchmark("emulated_replays").run_scanned([QEMU, "-cpu", "Haswell-v4", *here], env)
+    for where, run in (("this machine", out), (f"{QEMU} -cpu Haswell-v4", emulated)):
+        assert run.returncode in (0, 1), run.stderr
+        verdicts[where] = json.loads(run.stdout.strip().splitlines()[-1])
     with capsys.disabled():
         print(f"\nlibm battery made on {committed['cpu']['model']} ({committed['libc']}), replayed on "
               f"{_hash_set_module().cpu()['model']} ({battery.libm()}) and under {QEMU} -cpu Haswell-v4")  # fmt: skip
     for where, verdict in verdicts.items():
         assert verdict == {"functions": len(committed["hashes"]), "differ": []}, where
+    assert insns == {}  # no approximate or x87 instruction: the emulated bits are a real AVX2 CPU's
     assert len(committed["hashes"]) == 70 and min(committed["inputs_per_function"].values()) >= 20_000
 
 
