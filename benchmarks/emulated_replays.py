@@ -14,8 +14,8 @@ QEMU computes ``rcpps``/``rsqrtps`` exactly where a real CPU approximates (Intel
 the x87 transcendentals (``fsin``, ``fpatan``...) by its own software: an equal replay proves a real AVX2 CPU's bits
 only for a trial that runs none of them. ``--scan`` shows which trials those are: it has QEMU log every block of
 guest code it translates (``-d in_asm``, through a pipe) and counts these instructions in it (:data:`CPU_DEPENDENT`);
-the line records the counts (``cpu_dependent_insns``, empty when the trial ran none). A block is translated when it
-first runs, so the log holds every instruction the trial could have executed, each once.
+the line records the counts (``cpu_dependent_insns``, empty when the trial ran none). A block is translated before it
+first runs, so the log holds every instruction the trial ran: none in it means none ran.
 
     nohup nice -n 19 python benchmarks/emulated_replays.py --scan > /tmp/scan.log 2>&1 &
 """

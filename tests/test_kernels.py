@@ -365,6 +365,24 @@ def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu
     assert insns == {}
 
 
+def test_every_trial_of_the_hash_sets_was_replayed_on_an_emulated_haswell_with_its_bits_and_no_cpu_dependent_code():
+    """The committed evidence covers the committed sets: each trial of ``hashes.json`` and ``hashes-sb3.json``, at
+    its current key and hashes, has a last replay under ``qemu-x86_64 -cpu Haswell-v4`` in
+    ``results/portable/emulated-replays.jsonl`` that gave the same hashes and translated no instruction whose result
+    differs between real CPUs (``--scan``). A set made again without replaying it fails here."""
+    replays = _benchmark("emulated_replays")
+    last = replays.latest("Haswell-v4")
+    for _, trial in replays.trials():
+        name = f"{trial['algo']} {trial['env_label']}"
+        line = last.get(trial["key"])
+        assert line is not None, f"{name}: never replayed at this key"
+        made = (line["made_result_hash"], line["made_param_hash"])
+        assert made == (trial["result_hash"], trial["param_hash"]), f"{name}: replayed against other hashes"
+        assert line["equal"] and not line.get("error"), name
+        assert line.get("cpu_dependent_insns") == {}, f"{name}: {line.get('cpu_dependent_insns', 'not scanned')}"
+    assert len(replays.trials()) == 35
+
+
 @pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
 def test_the_emulated_replays_scan_sees_an_approximate_reciprocal_and_an_x87_sine(tmp_path):
     """The scan's positive control: a process that runs ``rcpps`` and ``fsin`` once (machine code called through
