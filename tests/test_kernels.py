@@ -266,7 +266,7 @@ def test_studies_and_claim_sets_name_their_mode(tmp_path):
     study.write_text('name = "s"\nkernels = "wide"\nalgos = ["ppo"]\nenvs = ["CartPole-v1"]\n')
     with pytest.raises(UserError, match="unknown kernel mode 'wide'"):
         load_study(str(study))
-    shipped = load_claim_set("seed004-table")  # a set still native: its file has no kernels line
+    shipped = load_claim_set("zoo-benchmark")  # a set still native: its file has no kernels line
     assert shipped.kernels is None
     text = Path(shipped.path or "").read_text()
     claims = tmp_path / "c.toml"
@@ -483,7 +483,7 @@ def test_a_claim_table_says_its_mode(tmp_path):
     from suite.claims import load_claim_set
     from suite.claims.tables import KERNEL_LINES, headline
 
-    shipped = load_claim_set("seed004-table")  # no kernels line in its file: the default, native
+    shipped = load_claim_set("zoo-benchmark")  # no kernels line in its file: the default, native
     assert shipped.kernels is None and KERNEL_LINES["native"] in headline(shipped, [])
     portable = dataclasses.replace(shipped, kernels="portable")
     assert KERNEL_LINES["portable"] in headline(portable, [])
@@ -493,7 +493,8 @@ def test_a_claim_table_says_its_mode(tmp_path):
         mode = load_claim_set(committed["claim_set"]).kernels or "native"
         assert committed["kernels"] == mode and KERNEL_LINES[mode] in committed["headline"], path
         modes[committed["claim_set"]] = mode
-    portable_sets = {"seed000-memory", "seed000-text", "seed003-textmatch", "ppo-rlvr-prm-ablation", "cleanrl-benchmark"}
+    portable_sets = {"seed000-memory", "seed000-text", "seed003-textmatch", "ppo-rlvr-prm-ablation", "cleanrl-benchmark",
+                     "seed004-table", "seed004-curves"}  # fmt: skip
     assert {s for s, m in modes.items() if m == "portable"} == portable_sets
     for path in sorted((REPO / "reports" / "claims").glob("*/verdicts.json")):
         if modes[json.loads(path.read_text())["claim_set"]] == "portable":  # its folder holds its table's mode only
