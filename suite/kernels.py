@@ -1,8 +1,9 @@
 """Kernel modes: which vector kernels a trial's libraries may pick, so that the same key gives the same bits anywhere.
 
 torch (ATen's CPU capability), MKL, oneDNN, numpy's SIMD dispatch and OpenBLAS each choose their kernels by the CPU
-they find when they load, and kernels of different vector widths round differently: the same trial gives other
-floats on an AVX-512 machine than on an AVX2 one. Two modes:
+they find when they load (MKL by the CPU's vendor too), and different kernels round differently: the same trial gives
+other floats on an AVX-512 machine than on an AVX2 one, and on an AVX-512 Intel CPU than on an AVX-512 AMD one. Two
+modes:
 
 - ``native``: every library picks its kernels by the CPU (the suite's behaviour before the modes existed). Not in the
   trial key, so every record made before reads as native and keeps its key.

@@ -331,7 +331,7 @@ def kernels_of(claims: ClaimSet) -> str:
 
 KERNEL_LINES = {
     "native": "Kernels: native (torch, MKL, numpy picked their vector kernels by each machine's CPU: exactly "
-    "reproducible on a CPU of the same vector width; docs/kernels.md).",
+    "reproducible only on a CPU like the one each trial ran on, its model in the record; docs/kernels.md).",
     "portable": "Kernels: portable (torch, MKL, oneDNN, numpy, OpenBLAS held to AVX2: the same bits on any x86-64 "
     "machine; docs/kernels.md).",
 }
