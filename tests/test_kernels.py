@@ -365,6 +365,49 @@ def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu
     assert insns == {}
 
 
+_SGEMM = """
+import hashlib, torch
+a, b = (torch.randn(64, 64, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+print(torch.backends.cpu.get_cpu_capability(), hashlib.sha256((a @ b).numpy().tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+def test_native_mkl_picks_its_kernels_by_the_cpus_vendor_and_portable_holds_it(capsys):
+    """One float32 GEMM (MKL, as torch's linear layers) on an emulated Intel and an emulated AMD CPU with the same
+    features (AVX2, FMA: ``Haswell-v4``, ``EPYC-Rome-v1``) and on this host. Native: ATen's capability is the same on
+    both, yet MKL takes its AVX2 kernels on the Intel one only (its banner says so) and the bits differ, which is
+    how an AVX-512 Xeon and an AVX-512 EPYC disagree on a native record (docs/kernels.md). Portable: MKL's
+    ``COMPATIBLE`` branch on all three, and the same bits."""
+    import shutil
+
+    if shutil.which(QEMU) is None:
+        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    runs = {}
+    for mode, cpu in (("native", "Haswell-v4"), ("native", "EPYC-Rome-v1"), ("portable", "Haswell-v4"),
+                      ("portable", "EPYC-Rome-v1"), ("portable", None)):  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k not in kernels.environ("portable")}
+        env.update({**(kernels.environ("portable") if mode == "portable" else {}), "MKL_VERBOSE": "1"})
+        argv = [*([] if cpu is None else [QEMU, "-cpu", cpu]), sys.executable, "-c", _SGEMM]
+        runs[mode, cpu] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = {}
+    for (mode, cpu), proc in runs.items():
+        out = proc.communicate(timeout=600)[0].splitlines()
+        assert proc.returncode == 0 and out, (mode, cpu)
+        banner = next(line for line in out if "oneMKL" in line).split(" architecture ")[1].split(",")[0]
+        cnr = {line.split("CNR:")[1].split()[0] for line in out if "SGEMM" in line}
+        capability, digest = out[-1].split()
+        seen[mode, cpu] = (capability, digest, cnr, banner)
+        with capsys.disabled():
+            print(f"\n{mode:8} {cpu or 'this host':12} {capability:6} {digest[:16]} CNR:{','.join(cnr)} MKL: {banner}", end="")
+    native_intel, native_amd = seen["native", "Haswell-v4"], seen["native", "EPYC-Rome-v1"]
+    assert native_intel[0] == native_amd[0] == "AVX2" and native_intel[2] == native_amd[2] == {"OFF"}
+    assert "AVX2" in native_intel[3] and "AVX" not in native_amd[3]  # MKL's kernels by vendor: AVX2 on Intel only
+    assert native_intel[1] != native_amd[1]  # and other bits for the same product
+    portable = [v for (mode, _), v in seen.items() if mode == "portable"]
+    assert {(v[0], v[1]) for v in portable} == {("AVX2", portable[0][1])} and all(v[2] == {"COMPATIBLE"} for v in portable)
+
+
 def test_every_trial_of_the_hash_sets_was_replayed_on_an_emulated_haswell_with_its_bits_and_no_cpu_dependent_code():
     """The committed evidence covers the committed sets: each trial of ``hashes.json`` and ``hashes-sb3.json``, at
     its current key and hashes, has a last replay under ``qemu-x86_64 -cpu Haswell-v4`` in
