@@ -338,19 +338,27 @@ def test_the_committed_portable_set_replays_bit_for_bit_on_this_machine(tmp_path
 
 QEMU = "qemu-x86_64"
 """Debian's ``qemu-user`` (``.ci/run`` installs it): runs an x86-64 process on an emulated CPU."""
+EMULATES_X86 = pytest.mark.skipif(
+    sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux"
+)
 
 
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+def _require_qemu() -> None:
+    """A missing QEMU fails the emulated tests rather than skipping them: CI must run them."""
+    import shutil
+
+    if shutil.which(QEMU) is None:
+        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+
+
+@EMULATES_X86
 @pytest.mark.parametrize(("algo", "env"), [("ppo", "CartPole-v1")])
 def test_a_portable_trial_gives_the_same_bits_on_an_emulated_avx2_only_intel_cpu(algo, env, capsys):
     """The set's trial replayed in one process under ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, no AVX-512): the
     libraries pick their kernels by the emulated CPU. QEMU computes ``rcpps``/``rsqrtps`` exactly and the x87
     transcendentals by its own software, where real CPUs differ; the replay's translated code holds none of them,
     so its equal bits are those of a real AVX2 CPU too (docs/kernels.md)."""
-    import shutil
-
-    if shutil.which(QEMU) is None:
-        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    _require_qemu()
     hashes = _hash_set_module()
     committed = {(r["algo"], r["env_label"]): r for r in json.loads(hashes.HASHES.read_text())["trials"]}
     argv = [QEMU, "-cpu", "Haswell-v4", sys.executable, str(REPO / "benchmarks" / "portable_hashes.py"), "--in-process",
@@ -372,17 +380,14 @@ print(torch.backends.cpu.get_cpu_capability(), hashlib.sha256((a @ b).numpy().to
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+@EMULATES_X86
 def test_native_mkl_picks_its_kernels_by_the_cpus_vendor_and_portable_holds_it(capsys):
     """One float32 GEMM (MKL, as torch's linear layers) on an emulated Intel and an emulated AMD CPU with the same
     features (AVX2, FMA: ``Haswell-v4``, ``EPYC-Rome-v1``) and on this host. Native: ATen's capability is the same on
     both, yet MKL takes its AVX2 kernels on the Intel one only (its banner says so) and the bits differ, which is
     how an AVX-512 Xeon and an AVX-512 EPYC disagree on a native record (docs/kernels.md). Portable: MKL's
     ``COMPATIBLE`` branch on all three, and the same bits."""
-    import shutil
-
-    if shutil.which(QEMU) is None:
-        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    _require_qemu()
     runs = {}
     for mode, cpu in (("native", "Haswell-v4"), ("native", "EPYC-Rome-v1"), ("portable", "Haswell-v4"),
                       ("portable", "EPYC-Rome-v1"), ("portable", None)):  # fmt: skip
@@ -426,14 +431,11 @@ def test_every_trial_of_the_hash_sets_was_replayed_on_an_emulated_haswell_with_i
     assert len(replays.trials()) == 35
 
 
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+@EMULATES_X86
 def test_the_emulated_replays_scan_sees_an_approximate_reciprocal_and_an_x87_sine(tmp_path):
     """The scan's positive control: a process that runs ``rcpps`` and ``fsin`` once (machine code called through
     ctypes) is reported with both, and a process that runs neither with none."""
-    import shutil
-
-    if shutil.which(QEMU) is None:
-        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    _require_qemu()
     script = tmp_path / "approx.py"
     script.write_text(
         "import ctypes, mmap\n"
@@ -492,16 +494,13 @@ def _battery() -> Any:
     return _benchmark("libm_battery")
 
 
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="emulates x86-64 on x86-64 Linux")
+@EMULATES_X86
 def test_python_libm_and_numpy_ufuncs_give_the_committed_bits_here_and_on_an_emulated_haswell(capsys):
     """The libm/numpy battery (benchmarks/libm_battery.py: Python's ``math`` and numpy's float64/float32 ufuncs, over
     the envs' and algorithms' ranges and hard cases) in portable mode, hashed per function: this machine and
     ``qemu-x86_64 -cpu Haswell-v4`` (Intel, AVX2, FMA) give the committed hashes of every function, and the emulated
     run translates no instruction whose result differs between real CPUs (benchmarks/emulated_replays.py)."""
-    import shutil
-
-    if shutil.which(QEMU) is None:
-        pytest.fail(f"{QEMU} is missing: install Debian's qemu-user (.ci/run does)")
+    _require_qemu()
     battery = _battery()
     committed = json.loads(battery.HASHES.read_text())
     env = {**os.environ, **kernels.environ("portable")}
