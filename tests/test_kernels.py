@@ -266,14 +266,15 @@ def test_studies_and_claim_sets_name_their_mode(tmp_path):
     study.write_text('name = "s"\nkernels = "wide"\nalgos = ["ppo"]\nenvs = ["CartPole-v1"]\n')
     with pytest.raises(UserError, match="unknown kernel mode 'wide'"):
         load_study(str(study))
-    shipped = load_claim_set("zoo-benchmark")  # a set still native: its file has no kernels line
-    assert shipped.kernels is None
-    text = Path(shipped.path or "").read_text()
+    text = Path(load_claim_set("cleanrl-benchmark").path or "").read_text()
+    native = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("kernels ="))
+    assert native != text  # a shipped set names its mode; without the line a set is native, the default
     claims = tmp_path / "c.toml"
-    claims.write_text('kernels = "portable"\n' + text)
-    loaded = load_claim_set(str(claims))
-    cell = loaded.cells[0]
-    assert loaded.trial_spec(cell, cell.arms[0], 0, "smoke").kernels == "portable"
+    for line, mode in (("", None), ('kernels = "portable"\n', "portable")):
+        claims.write_text(line + native)
+        loaded = load_claim_set(str(claims))
+        cell = loaded.cells[0]
+        assert loaded.kernels == mode and loaded.trial_spec(cell, cell.arms[0], 0, "smoke").kernels == (mode or "native")
 
 
 def test_the_cli_takes_kernels_on_every_command_that_computes_trials():
@@ -525,10 +526,10 @@ def test_a_claim_table_says_its_mode(tmp_path):
     from suite.claims import load_claim_set
     from suite.claims.tables import KERNEL_LINES, headline
 
-    shipped = load_claim_set("zoo-benchmark")  # no kernels line in its file: the default, native
-    assert shipped.kernels is None and KERNEL_LINES["native"] in headline(shipped, [])
-    portable = dataclasses.replace(shipped, kernels="portable")
-    assert KERNEL_LINES["portable"] in headline(portable, [])
+    shipped = load_claim_set("cleanrl-benchmark")
+    assert shipped.kernels == "portable" and KERNEL_LINES["portable"] in headline(shipped, [])
+    native = dataclasses.replace(shipped, kernels=None)  # a set without a kernels line: the default, native
+    assert KERNEL_LINES["native"] in headline(native, [])
     modes = {}
     for path in sorted((REPO / "reports" / "claims").glob("*/verdicts.json")):  # every committed top-level table
         committed = json.loads(path.read_text())
