@@ -32,7 +32,7 @@ from suite.stats.equivalence import Censored, Component, Difference, equivalence
 from suite.stats.references import env_reference
 
 ZOO_LUNAR_PPO = np.array([269.29, 249.14, 231.70, 258.35, 261.89])
-"""The suite's ppo on LunarLander-v3 at 1M steps, seeds 0-4 (reports/claims/zoo-benchmark/standard-cartpole-lunarlander)."""
+"""The suite's ppo on LunarLander-v3 at 1M steps, seeds 0-4, native records (zoo-benchmark's standard tier at 83a2785)."""
 
 
 def one_cell(env: str = "LunarLander-v3", *, stand_in: str = "", arms: dict[str, Any] | None = None, **cell: Any) -> ClaimSet:
