@@ -94,9 +94,11 @@ def test_run_status_export_end_to_end_and_resume(tmp_path):
 
 
 def test_run_gets_its_report_under_way_while_its_last_trial_runs(tmp_path, monkeypatch, capsys):
-    """Three trials on two workers: when the third starts alone, the report's helper is started and the report's
-    modules imported (the CPU the other worker leaves idle); the report then draws with that helper, and no helper
-    process outlives the command."""
+    """Three trials on two workers, one of them a thousand times longer than the others (seconds, not milliseconds):
+    whichever order they run in, a short one ends while the long one runs and nothing is left to start, so the
+    report's helper is started and the report's modules imported then (the CPU the other worker leaves idle); the
+    report then draws with that helper, and no helper process outlives the command. (With three equal trials the
+    last two can end in the same poll of the executor, and then no worker is ever idle while a trial runs.)"""
     import psutil
 
     from suite.report import render
@@ -113,10 +115,15 @@ def test_run_gets_its_report_under_way_while_its_last_trial_runs(tmp_path, monke
 
     monkeypatch.setattr(render, "_take_prepared", take)
     monkeypatch.chdir(tmp_path)
-    argv = ["run", "--algo", "ppo", "--env", "TextMatch-v0", "--seeds", "0-2", "--steps", "256", "--workers", "2"]
-    assert main([*argv, "--quiet", "--no-save-models", "--db", str(tmp_path / "r.db")]) == 0
+    study = tmp_path / "spare.toml"
+    study.write_text(
+        'name = "spare"\ntier = "quick"\nseeds = "0"\nalgos = ["ppo", "ppo-adaptive-clip", "grpo"]\n'
+        'envs = ["TextMatch-v0"]\n[budgets.quick]\n"TextMatch-v0" = { default = 256, grpo = 262144 }\n'
+    )
+    argv = ["run", str(study), "--workers", "2", "--quiet", "--no-save-models", "--db", str(tmp_path / "r.db")]
+    assert main(argv) == 0
     assert "report written to" in capsys.readouterr().err
-    assert (tmp_path / "reports" / "adhoc" / "index.html").is_file()
+    assert (tmp_path / "reports" / "spare" / "index.html").is_file()
     assert taken[0] > 0 and set(taken[1:]) <= {-1}  # the report's renderer took the prepared helper (then none left)
     assert render._prepared is None
     assert not psutil.pid_exists(taken[0]) or psutil.Process(taken[0]).status() == psutil.STATUS_ZOMBIE
